@@ -1,0 +1,128 @@
+"""What each rank waits in: a torch.distributed collective, a Ray wait, or the GPU.
+
+Gloo collectives, ``barrier`` and ``work.wait()`` block inside their own Python frame. NCCL collectives
+return at once; the rank then blocks at the next GPU-touching line (``y.sum().item()``), its thread
+``active``, natively in ``cuLaunchKernel``/``cudaStreamSynchronize``, its GPU reading 100 %. That is op
+``cuda_sync``; the watchdog log or a Flight Recorder dump names the collective itself.
+"""
+
+from __future__ import annotations
+
+import re
+
+from verltop.model import BlockedOn, Frame, ThreadStack
+
+COLLECTIVES = frozenset({
+    "all_reduce", "all_reduce_coalesced", "all_gather", "all_gather_into_tensor", "all_gather_object",
+    "all_gather_coalesced", "_all_gather_base", "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base",
+    "all_to_all", "all_to_all_single", "broadcast", "broadcast_object_list", "reduce", "gather",
+    "gather_object", "scatter", "scatter_object_list", "barrier", "monitored_barrier", "send", "recv",
+    "isend", "irecv", "batch_isend_irecv", "send_object_list", "recv_object_list",
+})
+
+# torch.distributed waits that are not collectives by name
+_DIST_WAITS = {"wait": "wait", "_wait": "wait", "get_future": "wait"}
+
+_RAY_WAITS = {"get": "ray.get", "get_objects": "ray.get", "wait": "ray.wait"}
+
+_NATIVE_GPU_WAIT = re.compile(
+    r"cuLaunchKernel|cudaLaunchKernel|cuStreamSynchronize|cudaStreamSynchronize|cudaDeviceSynchronize|"
+    r"cuCtxSynchronize|cudaMemcpy|cuMemcpy|_local_scalar_dense|ProcessGroupNCCL::barrier|ProcessGroupNCCL::|"
+    r"Work::wait|WorkNCCL::wait|ncclGroupEnd|ncclAllReduce|ncclBroadcast|ncclAllGather|ncclReduceScatter"
+)
+_NATIVE_FILE = re.compile(r"\.so(\.\d+)*$|\[vdso\]|^\?\?$")
+
+# Wrapper code: frames a user does not care about when we name "where it waits".
+_WRAPPER_FILES = re.compile(
+    r"(^|/)(torch|ray|_pytest|importlib|concurrent|asyncio|threading\.py|functools\.py|contextlib\.py)(/|$)|"
+    r"(^|/)verl/(single_controller|utils/(debug|profiler|py_functional|ray_utils))/|"
+    r"(^|/)site-packages/(torch|ray)/|c10d_logger\.py|tracing_helper\.py|function_manager\.py"
+)
+
+# Frames that mean "this thread is idle, waiting for work" (py-spy idle heuristics plus Ray's loop).
+_IDLE_FUNCS = {"select", "poll", "epoll_wait", "wait", "sleep", "_wait_for_tstate_lock", "acquire"}
+
+
+def leaf(name: str) -> str:
+    """Python 3.11+ qualified names: ``Condition.wait`` → ``wait``, ``f.<locals>.g`` → ``g``."""
+    return name.rsplit(".", 1)[-1]
+
+
+def is_native(f: Frame) -> bool:
+    return bool(_NATIVE_FILE.search(f.file)) or (f.line is None and not f.file.endswith(".py"))
+
+
+def is_wrapper(f: Frame) -> bool:
+    return bool(_WRAPPER_FILES.search(f.file))
+
+
+def _is_torch_dist(f: Frame) -> bool:
+    return "torch/distributed/" in f.file or f.file.startswith("distributed_c10d")
+
+
+def _is_ray_worker(f: Frame) -> bool:
+    return f.file.endswith("ray/_private/worker.py") or f.file == "worker.py" and "ray" in (f.module or "")
+
+
+def task_thread(threads: tuple[ThreadStack, ...]) -> ThreadStack | None:
+    """The thread running the Ray task: the one with a Ray executor or c10d frame, else MainThread."""
+    def has(t: ThreadStack, pred) -> bool:
+        return any(pred(f) for f in t.frames)
+
+    main = next((t for t in threads if t.name == "MainThread"), None)
+    for pred in (
+        lambda f: _is_torch_dist(f),
+        lambda f: "actor_method_executor" in f.func or "function_executor" in f.func,
+    ):
+        if main is not None and has(main, pred):
+            return main
+        hit = next((t for t in threads if has(t, pred)), None)
+        if hit is not None:
+            return hit
+    if main is not None:
+        return main
+    return next((t for t in threads if t.frames), threads[0] if threads else None)
+
+
+def caller_frame(frames: tuple[Frame, ...], start: int) -> str | None:
+    """First frame at or after ``start`` (outward) that is user code, as ``file.py:123 func``."""
+    for f in frames[start:]:
+        if not is_native(f) and not is_wrapper(f):
+            return f.short()
+    py = [f for f in frames[start:] if not is_native(f)]
+    return py[0].short() if py else None
+
+
+def blocked_on(t: ThreadStack | None, gpu_util_percent: float | None = None,
+               gpu_busy_percent: float = 90.0) -> BlockedOn | None:
+    """The collective / wait the thread sits in, or None when it is doing something else."""
+    if t is None or not t.frames:
+        return None
+    frames = t.frames
+    evidence = tuple(dict.fromkeys(f.func for f in frames if is_native(f) and _NATIVE_GPU_WAIT.search(f.func)))
+    for i, f in enumerate(frames):
+        if is_native(f):
+            continue
+        name = leaf(f.func)
+        if _is_torch_dist(f):
+            if name in COLLECTIVES:
+                return BlockedOn(name, caller_frame(frames, i + 1), evidence, gpu_wait=bool(evidence))
+            if name in _DIST_WAITS:
+                return BlockedOn("wait", caller_frame(frames, i + 1), evidence, gpu_wait=bool(evidence))
+        if _is_ray_worker(f) and name in _RAY_WAITS:
+            return BlockedOn(_RAY_WAITS[name], caller_frame(frames, i + 1), evidence)
+        if name == "synchronize" and "torch/cuda" in f.file:
+            return BlockedOn("cuda_sync", caller_frame(frames, i + 1), evidence, gpu_wait=True)
+        if not is_wrapper(f):
+            # first user frame, innermost: the rank is in its own code. With native GPU-wait frames under
+            # it, or an active thread on a pegged GPU, it waits on the GPU (an NCCL collective, most likely).
+            busy_gpu = gpu_util_percent is not None and gpu_util_percent >= gpu_busy_percent
+            if evidence or (t.active and busy_gpu and name not in _IDLE_FUNCS):
+                return BlockedOn("cuda_sync", f.short(), evidence, gpu_wait=True)
+            return None
+    return None
+
+
+def stack_key(frames: tuple[Frame, ...]) -> tuple[tuple[str, str, int | None], ...]:
+    """Identity of a stack for "did it move": Python frames with their lines."""
+    return tuple((f.func, f.file, f.line) for f in frames if not is_native(f))

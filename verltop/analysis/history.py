@@ -1,0 +1,113 @@
+"""Bounded memory of what ran: finished-task durations, peer finish times, GPU use during a task.
+
+Ray's State API has no cheap "recently finished" query, so finishes are observed: a task that was RUNNING
+in one poll and is gone in the next finished between the two. The error is at most one poll interval.
+Everything is keyed by ``(group, method)`` and bounded, so a week-long job does not grow it.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+
+MAX_SAMPLES = 64  # durations kept per (group, method)
+MAX_KEYS = 512  # (group, method) pairs kept
+MAX_PEER_RUNS = 256  # finished runs kept per (group, method) for the peer rule
+MAX_ACTOR_METHODS = 64  # method names remembered per actor (roles of colocated workers)
+
+
+@dataclass(slots=True)
+class Running:
+    actor_id: str | None
+    group: str
+    method: str
+    start_s: float
+    gpu_samples: int = 0
+    gpu_max_percent: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedRun:
+    actor_id: str | None
+    start_s: float
+    end_s: float
+
+
+@dataclass(slots=True)
+class TaskHistory:
+    running: dict[str, Running] = field(default_factory=dict)
+    durations: OrderedDict[tuple[str, str], deque[float]] = field(default_factory=OrderedDict)
+    runs: OrderedDict[tuple[str, str], deque[FinishedRun]] = field(default_factory=OrderedDict)
+    methods_by_actor: dict[str, OrderedDict[str, None]] = field(default_factory=dict)
+    last_method: dict[str, str] = field(default_factory=dict)
+    last_finish_s: float | None = None
+
+    def observe(
+        self,
+        running: list[tuple[str, str | None, str, str, float | None]],
+        now: float,
+        complete: bool = True,
+    ) -> None:
+        """Record one poll of running tasks: ``(task_id, actor_id, group, method, start_s)``.
+
+        ``complete=False`` (the list was truncated) keeps vanished tasks instead of calling them finished.
+        """
+        seen = set()
+        for task_id, actor_id, group, method, start_s in running:
+            seen.add(task_id)
+            if actor_id:
+                self.remember_method(actor_id, method)
+            if task_id not in self.running:
+                self.running[task_id] = Running(actor_id, group, method, start_s if start_s is not None else now)
+        if not complete:
+            return
+        for task_id in [t for t in self.running if t not in seen]:
+            r = self.running.pop(task_id)
+            self._finish(r, now)
+
+    def remember_method(self, actor_id: str, method: str) -> None:
+        ms = self.methods_by_actor.setdefault(actor_id, OrderedDict())
+        ms[method] = None
+        ms.move_to_end(method)
+        while len(ms) > MAX_ACTOR_METHODS:
+            ms.popitem(last=False)
+        self.last_method[actor_id] = method
+
+    def _finish(self, r: Running, now: float) -> None:
+        key = (r.group, r.method)
+        d = self.durations.get(key)
+        if d is None:
+            d = self.durations[key] = deque(maxlen=MAX_SAMPLES)
+        d.append(max(0.0, now - r.start_s))
+        self.durations.move_to_end(key)
+        runs = self.runs.get(key)
+        if runs is None:
+            runs = self.runs[key] = deque(maxlen=MAX_PEER_RUNS)
+        runs.append(FinishedRun(r.actor_id, r.start_s, now))
+        self.runs.move_to_end(key)
+        while len(self.durations) > MAX_KEYS:
+            self.durations.popitem(last=False)
+        while len(self.runs) > MAX_KEYS:
+            self.runs.popitem(last=False)
+        if self.last_finish_s is None or now > self.last_finish_s:
+            self.last_finish_s = now
+
+    def note_gpu(self, task_id: str, util_percent: float | None) -> None:
+        r = self.running.get(task_id)
+        if r is None or util_percent is None:
+            return
+        r.gpu_samples += 1
+        r.gpu_max_percent = max(r.gpu_max_percent, util_percent)
+
+    def forget_actors(self, alive: set[str]) -> None:
+        """Drop per-actor memory of actors no longer listed (bounded across restarts of the job)."""
+        for aid in [a for a in self.methods_by_actor if a not in alive]:
+            self.methods_by_actor.pop(aid, None)
+            self.last_method.pop(aid, None)
+
+    def seed(self, finished: list[tuple[str | None, str, str, float, float]]) -> None:
+        """Seed from finished tasks ``(actor_id, group, method, start_s, end_s)`` read once at start."""
+        for actor_id, group, method, start_s, end_s in sorted(finished, key=lambda f: f[4]):
+            if actor_id:
+                self.remember_method(actor_id, method)
+            self._finish(Running(actor_id, group, method, start_s), end_s)

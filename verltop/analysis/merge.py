@@ -1,0 +1,138 @@
+"""STAT-style merge: a prefix tree of stacks whose nodes carry rank sets, and the equivalence classes."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from verltop.analysis.collectives import is_native
+from verltop.model import Frame, RankDump, StackGroup
+
+
+def compact_ints(xs: Iterable[int]) -> str:
+    """``[0,1,2,3,5,7,8,9]`` → ``0-3,5,7-9``."""
+    s = sorted(set(xs))
+    if not s:
+        return ""
+    parts = []
+    lo = prev = s[0]
+    for x in s[1:]:
+        if x == prev + 1:
+            prev = x
+            continue
+        parts.append(f"{lo}-{prev}" if prev > lo else str(lo))
+        lo = prev = x
+    parts.append(f"{lo}-{prev}" if prev > lo else str(lo))
+    return ",".join(parts)
+
+
+_LABEL = re.compile(r"^(.*):(\d+)$")
+
+
+def compact_labels(labels: Iterable[str]) -> str:
+    """``["g:0","g:1","g:2","ctl"]`` → ``g:0-2 ctl``: ranks of one group folded into ranges."""
+    by_group: dict[str, list[int]] = {}
+    other: list[str] = []
+    for lab in labels:
+        m = _LABEL.match(lab)
+        if m:
+            by_group.setdefault(m.group(1), []).append(int(m.group(2)))
+        else:
+            other.append(lab)
+    parts = [f"{g}:{compact_ints(rs)}" for g, rs in sorted(by_group.items())]
+    return " ".join(parts + sorted(set(other)))
+
+
+def rank_label(r: RankDump) -> str:
+    a = r.actor
+    if a.role == "controller":
+        return "controller"
+    if a.worker_group and a.rank is not None:
+        return f"{a.worker_group}:{a.rank}"
+    return a.actor_name or a.actor_id[:8]
+
+
+def python_frames(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
+    return tuple(f for f in frames if not is_native(f))
+
+
+@dataclass(slots=True)
+class TreeNode:
+    label: str
+    ranks: set[str] = field(default_factory=set)
+    children: dict[str, TreeNode] = field(default_factory=dict)
+
+
+def build_tree(stacks: dict[str, tuple[Frame, ...]]) -> TreeNode:
+    """Prefix tree, outermost frame first; every node knows which ranks passed through it."""
+    root = TreeNode("")
+    for label, frames in stacks.items():
+        root.ranks.add(label)
+        node = root
+        for f in reversed(python_frames(frames)):
+            key = f.short()
+            child = node.children.get(key)
+            if child is None:
+                child = node.children[key] = TreeNode(key)
+            child.ranks.add(label)
+            node = child
+    return root
+
+
+def render_tree(root: TreeNode, max_lines: int = 400) -> list[tuple[int, str, frozenset[str]]]:
+    """Lines ``(depth, text, ranks)``. Chains with one child and the same rank set are joined (STAT's
+    "Join"), keeping their first and last frame, so a 40-frame Ray stack reads in a few lines."""
+    out: list[tuple[int, str, frozenset[str]]] = []
+
+    def walk(node: TreeNode, depth: int) -> None:
+        for child in sorted(node.children.values(), key=lambda c: (-len(c.ranks), c.label)):
+            if len(out) >= max_lines:
+                return
+            first = child
+            skipped = 0
+            while len(child.children) == 1:
+                nxt = next(iter(child.children.values()))
+                if nxt.ranks != child.ranks:
+                    break
+                child = nxt
+                skipped += 1
+            ranks = frozenset(child.ranks)
+            if skipped:
+                out.append((depth, f"{first.label}  … {skipped - 1} frames …" if skipped > 1 else first.label, ranks))
+                out.append((depth, child.label, ranks))
+            else:
+                out.append((depth, child.label, ranks))
+            walk(child, depth + 1)
+
+    walk(root, 0)
+    return out
+
+
+def tree_text(root: TreeNode, max_lines: int = 400) -> str:
+    lines = []
+    for depth, text, ranks in render_tree(root, max_lines):
+        lines.append(f"{'  ' * depth}[{compact_labels(ranks)}] ({len(ranks)}) {text}")
+    return "\n".join(lines)
+
+
+def equivalence_classes(ranks: list[RankDump]) -> tuple[StackGroup, ...]:
+    """Ranks with identical main-thread (Python) stacks, biggest class first."""
+    classes: dict[tuple, list[RankDump]] = {}
+    for r in ranks:
+        if r.main is None:
+            continue
+        key = tuple((f.func, f.file, f.line) for f in python_frames(r.main.frames))
+        classes.setdefault(key, []).append(r)
+    groups = []
+    for members in classes.values():
+        labels = tuple(sorted((rank_label(m) for m in members), key=_label_sort))
+        frames = python_frames(members[0].main.frames) if members[0].main else ()
+        groups.append(StackGroup(ranks=labels, blocked_on=members[0].blocked_on, frames=frames))
+    groups.sort(key=lambda g: (-len(g.ranks), g.ranks))
+    return tuple(groups)
+
+
+def _label_sort(label: str) -> tuple:
+    m = _LABEL.match(label)
+    return (m.group(1), int(m.group(2))) if m else (label, -1)

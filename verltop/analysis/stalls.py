@@ -1,0 +1,87 @@
+"""Stall rules: which running tasks look stuck, and why (each reason a short sentence).
+
+Busy bars are not progress: a rank waiting in an NCCL collective reads GPU 100 % and host CPU ~100 %
+while nothing moves, so a pegged GPU never clears a stall; it is named as the likely wait instead.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from verltop.analysis.history import TaskHistory
+from verltop.model import Stall
+
+
+@dataclass(frozen=True, slots=True)
+class StallSettings:
+    stall_after_s: float = 300.0
+    median_factor: float = 3.0
+    median_min_samples: int = 3
+    median_floor_s: float = 10.0  # never call a task slow before this, however short its median
+    peer_window_s: float = 30.0
+    gpu_idle_after_s: float = 60.0
+    gpu_idle_percent: float = 1.0
+    gpu_busy_percent: float = 90.0
+
+
+@dataclass(frozen=True, slots=True)
+class TaskView:
+    """What the rules need of one actor's running task."""
+
+    actor_id: str
+    group: str
+    method: str | None
+    task_id: str | None
+    running_s: float | None
+    start_s: float | None
+    has_gpu: bool
+    gpu_util_percent: float | None
+    state: str
+    death_cause: str | None
+
+
+def fmt_s(s: float) -> str:
+    if s < 90:
+        return f"{s:.0f} s"
+    if s < 5400:
+        return f"{s / 60:.0f} min"
+    return f"{s / 3600:.1f} h"
+
+
+def stalls_for(v: TaskView, hist: TaskHistory, now: float, cfg: StallSettings) -> tuple[Stall, ...]:
+    """All stall reasons for one actor, most telling first."""
+    out: list[Stall] = []
+    if v.state in ("DEAD", "RESTARTING"):
+        cause = f": {v.death_cause}" if v.death_cause else ""
+        out.append(Stall("dead", f"actor {v.state}{cause}"))
+        return tuple(out)
+    if v.method is None or v.running_s is None:
+        return ()
+    age = v.running_s
+    key = (v.group, v.method)
+    runs = hist.runs.get(key)
+    if runs and v.start_s is not None:
+        peers = [r for r in runs if r.actor_id != v.actor_id and r.end_s > v.start_s]
+        if peers:
+            last = max(r.end_s for r in peers)
+            if now - last > cfg.peer_window_s:
+                n = len({r.actor_id for r in peers})
+                out.append(Stall("peers", f"{n} peer{'s' if n != 1 else ''} finished {v.method} {fmt_s(now - last)} ago"))
+    durs = hist.durations.get(key)
+    if durs and len(durs) >= cfg.median_min_samples:
+        med = statistics.median(durs)
+        limit = max(cfg.median_factor * med, cfg.median_floor_s)
+        if age > limit:
+            ratio = age / med if med > 0 else float("inf")
+            times = f"{ratio:.0f}×" if ratio < 1000 else "≫"
+            out.append(Stall("median", f"running {times} longer than usual ({fmt_s(age)} vs median {fmt_s(med)})"))
+    if age > cfg.stall_after_s:
+        out.append(Stall("age", f"running {fmt_s(age)} (> {fmt_s(cfg.stall_after_s)})"))
+    if v.has_gpu and v.task_id and age > cfg.gpu_idle_after_s:
+        r = hist.running.get(v.task_id)
+        if r is not None and r.gpu_samples >= 3 and r.gpu_max_percent < cfg.gpu_idle_percent:
+            out.append(Stall("gpu_idle", f"GPU idle for the whole task ({fmt_s(age)})"))
+    if out and v.gpu_util_percent is not None and v.gpu_util_percent >= cfg.gpu_busy_percent:
+        out.append(Stall("gpu_spin", "GPU 100 % without progress: likely waiting in an NCCL collective"))
+    return tuple(out)

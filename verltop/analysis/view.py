@@ -1,0 +1,209 @@
+"""Join the raw sources into one Snapshot: actors with role, rank, task, GPU, host stats and stalls."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from verltop.analysis import roles as R
+from verltop.analysis.history import TaskHistory
+from verltop.analysis.stalls import StallSettings, TaskView, stalls_for
+from verltop.model import ActorRow, Gpu, Node, ProcStat, RawActor, RawTask, Snapshot, SourceStatus
+
+_NO_STALL_ROLES = ("controller", "other")
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterData:
+    """The latest good data of every source (each possibly stale)."""
+
+    address: str
+    actors: tuple[RawActor, ...] = ()
+    tasks: tuple[RawTask, ...] = ()  # RUNNING tasks
+    nodes: tuple[Node, ...] = ()  # identity + stats (+ procs where /nodes/{id} was read)
+    local_node_ids: frozenset[str] = frozenset()
+    local_procs: dict[int, ProcStat] = field(default_factory=dict)
+    local_gpus: tuple[Gpu, ...] | None = None  # None: NVML not available
+    local_gpu_error: str | None = None
+    sources: tuple[SourceStatus, ...] = ()
+    truncated: str | None = None
+
+
+def group_key(ident: R.Identity, class_name: str) -> str:
+    return ident.worker_group or R.short_class(class_name)
+
+
+def running_task_rows(tasks: tuple[RawTask, ...], actors: dict[str, RawActor]) -> list[tuple]:
+    """Running tasks as history rows ``(task_id, actor_id, group, method, start_s)``."""
+    rows = []
+    for t in tasks:
+        a = actors.get(t.actor_id or "")
+        group = group_key(R.identity(a), a.class_name) if a else "tasks"
+        method = R.method_of(t.func_name) or t.name
+        start = t.start_time_ms / 1000.0 if t.start_time_ms else None
+        rows.append((t.task_id, t.actor_id, group, method, start))
+    return rows
+
+
+def _pick_task(ts: list[RawTask]) -> RawTask:
+    return min(ts, key=lambda t: t.start_time_ms or float("inf"))
+
+
+def _gpu_for(pid: int | None, gpus: tuple[Gpu, ...]) -> tuple[Gpu, int | None] | None:
+    if pid is None:
+        return None
+    best: tuple[Gpu, int | None] | None = None
+    for g in gpus:
+        for p, mem, _ in g.processes:
+            if p == pid and (best is None or (mem or 0) > (best[1] or 0)):
+                best = (g, mem)
+    return best
+
+
+def build_snapshot(
+    data: ClusterData, hist: TaskHistory, now: float, cfg: StallSettings | None = None
+) -> Snapshot:
+    """Everything the table shows, from raw data and history. Pure: no I/O, no clock."""
+    cfg = cfg or StallSettings()
+    by_id = {a.actor_id: a for a in data.actors}
+    nodes = {n.node_id: n for n in data.nodes}
+    tasks_by_actor: dict[str, list[RawTask]] = {}
+    for t in data.tasks:
+        if t.actor_id:
+            tasks_by_actor.setdefault(t.actor_id, []).append(t)
+    procs_by_node: dict[str, dict[int, ProcStat]] = {
+        n.node_id: {p.pid: p for p in n.procs} for n in data.nodes if n.procs
+    }
+
+    # Roles of colocated workers are shared by their worker group: ranks run the same methods.
+    idents = {a.actor_id: R.identity(a) for a in data.actors}
+    group_methods: dict[str, set[str]] = {}
+    for a in data.actors:
+        ms = hist.methods_by_actor.get(a.actor_id)
+        if ms:
+            group_methods.setdefault(group_key(idents[a.actor_id], a.class_name), set()).update(ms)
+
+    rows: list[ActorRow] = []
+    running_roles: list[tuple[str, str | None]] = []
+    for a in data.actors:
+        ident = idents[a.actor_id]
+        gk = group_key(ident, a.class_name)
+        roles: tuple[str, ...]
+        if ident.base_role == "colocated":
+            roles = R.roles_from_methods(group_methods.get(gk, ()))
+        else:
+            roles = (ident.base_role,)
+        alive = a.state == "ALIVE"
+        ts = tasks_by_actor.get(a.actor_id, []) if alive else []
+        t = _pick_task(ts) if ts else None
+        method = R.method_of(t.func_name) if t else None
+        role = R.active_role(ident.base_role, roles, method, hist.last_method.get(a.actor_id))
+        if not roles:
+            roles = (role,)
+        if method:
+            running_roles.append((role, method))
+        running_s = None
+        start_s = None
+        if t and t.start_time_ms:
+            start_s = t.start_time_ms / 1000.0
+            running_s = max(0.0, now - start_s)
+
+        node = nodes.get(a.node_id or "")
+        local = a.node_id in data.local_node_ids
+        proc = None
+        if alive and a.pid is not None:
+            proc = data.local_procs.get(a.pid) if local else None
+            if proc is None:
+                proc = procs_by_node.get(a.node_id or "", {}).get(a.pid)
+        gpu_hit = None
+        if alive:
+            if local and data.local_gpus is not None:
+                gpu_hit = _gpu_for(a.pid, data.local_gpus)
+            if gpu_hit is None and node is not None:
+                gpu_hit = _gpu_for(a.pid, node.gpus)
+        gpu, gpu_mem = gpu_hit if gpu_hit else (None, None)
+
+        row = ActorRow(
+            actor_id=a.actor_id,
+            actor_name=a.name,
+            class_name=a.class_name,
+            pid=a.pid,
+            node_id=a.node_id,
+            node_ip=node.ip if node else None,
+            state=a.state,
+            worker_group=ident.worker_group,
+            rank=ident.rank,
+            world_size=ident.world_size,
+            role=role,
+            roles=roles,
+            task=method or (t.name if t else None),
+            task_id=t.task_id if t else None,
+            task_running_s=running_s,
+            gpu_index=gpu.index if gpu else None,
+            gpu_util_percent=gpu.util_percent if gpu else None,
+            gpu_mem_bytes=gpu_mem,
+            gpu_mem_total_bytes=gpu.mem_total_bytes if gpu else None,
+            cpu_percent=proc.cpu_percent if proc else None,
+            rss_bytes=proc.rss_bytes if proc else None,
+            host_mem_total_bytes=node.mem_total_bytes if node else None,
+            death_cause=a.death_cause,
+            job_id=a.job_id,
+        )
+        if role not in _NO_STALL_ROLES or not alive:
+            view = TaskView(
+                actor_id=a.actor_id,
+                group=gk,
+                method=method,
+                task_id=row.task_id,
+                running_s=running_s,
+                start_s=start_s,
+                has_gpu=gpu is not None,
+                gpu_util_percent=row.gpu_util_percent,
+                state=a.state,
+                death_cause=a.death_cause,
+            )
+            st = stalls_for(view, hist, now, cfg)
+            if st:
+                row = replace(row, stalls=st)
+        rows.append(row)
+
+    rows.sort(key=sort_key)
+    progress = now - hist.last_finish_s if hist.last_finish_s is not None else None
+    merged_nodes = _local_gpus_into_nodes(data)
+    return Snapshot(
+        taken_at=now,
+        address=data.address,
+        nodes=merged_nodes,
+        actors=tuple(rows),
+        phase=R.step_phase(running_roles),
+        sources=data.sources,
+        progress_s=progress,
+        truncated=data.truncated,
+    )
+
+
+_ROLE_ORDER = {r: i for i, r in enumerate(("controller", *R._ROLE_PREFERENCE, "rollout_server", "agent_loop",
+                                               "reward_loop", "other"))}
+
+
+def sort_key(r: ActorRow) -> tuple:
+    """Controller first, then worker groups, then by rank."""
+    return (
+        0 if r.role == "controller" else 1 if r.worker_group else 2,
+        r.worker_group or "",
+        _ROLE_ORDER.get(r.roles[0] if r.roles else r.role, 99),
+        r.rank if r.rank is not None else 1 << 30,
+        r.actor_name or "",
+        r.actor_id,
+    )
+
+
+def _local_gpus_into_nodes(data: ClusterData) -> tuple[Node, ...]:
+    """Local NVML is fresher than the dashboard's (seen 55 s stale in a hang): prefer it on local nodes."""
+    if not data.local_gpus:
+        return data.nodes
+    out = []
+    for n in data.nodes:
+        if n.node_id in data.local_node_ids and (n.gpus or len(data.local_node_ids) == 1):
+            n = replace(n, gpus=data.local_gpus)
+        out.append(n)
+    return tuple(out)

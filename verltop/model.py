@@ -1,0 +1,418 @@
+"""Plain, frozen dataclasses that every layer passes around.
+
+Units are in the names (`_bytes`, `_s`, `_percent`, `_ms`); unknown is ``None``. Raw rows come from the
+sources (``Raw*``); the analysis layer turns them into ``ActorRow`` and ``Snapshot``, which map one to one
+onto the JSON contracts in the README.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# Exact role vocabulary of the design; scripts match on these strings.
+ROLES = (
+    "controller",
+    "actor_rollout_ref",
+    "actor_rollout",
+    "actor",
+    "rollout",
+    "ref",
+    "critic",
+    "rm",
+    "teacher",
+    "rollout_server",
+    "agent_loop",
+    "reward_loop",
+    "other",
+)
+
+PHASES = ("gen", "reward", "old_log_prob", "ref", "values", "update_critic", "update_actor", "weight_sync")
+
+
+# ---------------------------------------------------------------- raw rows (parsed dashboard JSON)
+
+
+@dataclass(frozen=True, slots=True)
+class RawActor:
+    """One row of /api/v0/actors?detail=1, reduced to what verltop uses.
+
+    ``env`` holds only the rank keys of the runtime env (see ``sources.parse.RANK_ENV_KEYS``).
+    """
+
+    actor_id: str
+    class_name: str
+    state: str
+    name: str | None
+    node_id: str | None
+    pid: int | None
+    job_id: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    death_cause: str | None = None
+    num_restarts: int | None = None
+    placement_group_id: str | None = None
+
+    def env_get(self, key: str) -> str | None:
+        for k, v in self.env:
+            if k == key:
+                return v
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class RawTask:
+    """One RUNNING (or recently seen) task of /api/v0/tasks?detail=1."""
+
+    task_id: str
+    name: str
+    func_name: str
+    state: str
+    actor_id: str | None
+    node_id: str | None
+    worker_pid: int | None
+    start_time_ms: float | None
+    end_time_ms: float | None = None
+    attempt: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    """One GPU of a node."""
+
+    index: int
+    name: str | None
+    util_percent: float | None
+    mem_used_bytes: int | None
+    mem_total_bytes: int | None
+    uuid: str | None = None
+    # pid -> (gpu memory bytes or None, sm util percent or None)
+    processes: tuple[tuple[int, int | None, float | None], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ProcStat:
+    """Host-side stats of one process (psutil on the local node, dashboard workers[] elsewhere)."""
+
+    pid: int
+    cpu_percent: float | None
+    rss_bytes: int | None
+    create_time_s: float | None = None
+    title: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    node_id: str
+    ip: str | None
+    hostname: str | None
+    state: str = "ALIVE"
+    is_head: bool = False
+    cpu_percent: float | None = None
+    mem_used_bytes: int | None = None
+    mem_total_bytes: int | None = None
+    gpus: tuple[Gpu, ...] = ()
+    # age of the node agent's own data (its `now` field), seconds; None when unknown
+    stats_age_s: float | None = None
+    procs: tuple[ProcStat, ...] = ()
+
+
+# ---------------------------------------------------------------- analysed rows
+
+
+@dataclass(frozen=True, slots=True)
+class Stall:
+    rule: str  # "age" | "median" | "peers" | "gpu_idle" | "gpu_spin" | "dead"
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ActorRow:
+    """One actor as shown in the table and in ``snapshot --json``."""
+
+    actor_id: str
+    actor_name: str | None
+    class_name: str
+    pid: int | None
+    node_id: str | None
+    node_ip: str | None
+    state: str
+    worker_group: str | None
+    rank: int | None
+    world_size: int | None
+    role: str
+    roles: tuple[str, ...]
+    task: str | None
+    task_id: str | None
+    task_running_s: float | None
+    gpu_index: int | None
+    gpu_util_percent: float | None
+    gpu_mem_bytes: int | None
+    gpu_mem_total_bytes: int | None
+    cpu_percent: float | None
+    rss_bytes: int | None
+    host_mem_total_bytes: int | None
+    stalls: tuple[Stall, ...] = ()
+    death_cause: str | None = None
+    job_id: str | None = None
+
+    @property
+    def stalled(self) -> bool:
+        return bool(self.stalls)
+
+    @property
+    def stall_reason(self) -> str | None:
+        return "; ".join(s.reason for s in self.stalls) if self.stalls else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "actor_id": self.actor_id,
+            "actor_name": self.actor_name,
+            "class_name": self.class_name,
+            "pid": self.pid,
+            "node_ip": self.node_ip,
+            "state": self.state,
+            "worker_group": self.worker_group,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "role": self.role,
+            "roles": list(self.roles),
+            "task": self.task,
+            "task_running_s": _round(self.task_running_s),
+            "gpu_index": self.gpu_index,
+            "gpu_util_percent": self.gpu_util_percent,
+            "gpu_mem_bytes": self.gpu_mem_bytes,
+            "cpu_percent": self.cpu_percent,
+            "rss_bytes": self.rss_bytes,
+            "stalled": self.stalled,
+            "stall_reason": self.stall_reason,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SourceStatus:
+    name: str
+    age_s: float | None
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything one frame of the UI (or one ``snapshot --json``) shows."""
+
+    taken_at: float
+    address: str
+    nodes: tuple[Node, ...]
+    actors: tuple[ActorRow, ...]
+    phase: str | None
+    sources: tuple[SourceStatus, ...] = ()
+    # seconds since any verl task last finished (None until one was seen)
+    progress_s: float | None = None
+    truncated: str | None = None
+
+    @property
+    def age_s(self) -> float | None:
+        ages = [s.age_s for s in self.sources if s.age_s is not None]
+        return max(ages) if ages else None
+
+    @property
+    def errors(self) -> list[str]:
+        return [f"{s.name}: {s.error}" for s in self.sources if s.error]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "taken_at": self.taken_at,
+            "source": {"address": self.address, "age_s": _round(self.age_s), "errors": self.errors},
+            "nodes": [node_json(n) for n in self.nodes],
+            "actors": [a.to_json() for a in self.actors],
+            "phase": self.phase,
+        }
+
+
+def node_json(n: Node) -> dict[str, Any]:
+    return {
+        "node_id": n.node_id,
+        "ip": n.ip,
+        "hostname": n.hostname,
+        "cpu_percent": n.cpu_percent,
+        "mem_used_bytes": n.mem_used_bytes,
+        "mem_total_bytes": n.mem_total_bytes,
+        "gpus": [
+            {
+                "index": g.index,
+                "name": g.name,
+                "util_percent": g.util_percent,
+                "mem_used_bytes": g.mem_used_bytes,
+                "mem_total_bytes": g.mem_total_bytes,
+            }
+            for g in n.gpus
+        ],
+    }
+
+
+# ---------------------------------------------------------------- stacks
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    func: str
+    file: str
+    line: int | None
+    module: str | None = None
+
+    def short(self) -> str:
+        base = self.file.rsplit("/", 1)[-1]
+        return f"{base}:{self.line} {self.func}" if self.line else f"{base} {self.func}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"func": self.func, "file": self.file, "line": self.line}
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadStack:
+    thread_id: int | None
+    name: str | None
+    active: bool | None
+    owns_gil: bool | None
+    frames: tuple[Frame, ...]  # innermost first, as py-spy prints them
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessDump:
+    """One py-spy sample of one process (or the reason there is none)."""
+
+    pid: int
+    threads: tuple[ThreadStack, ...] = ()
+    error: str | None = None
+    native: bool = False
+    taken_at: float | None = None
+    duration_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BlockedOn:
+    op: str
+    frame: str | None
+    evidence: tuple[str, ...] = ()
+    gpu_wait: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": self.op, "frame": self.frame}
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveInfo:
+    source: str  # "flight_recorder" | "watchdog_log"
+    op: str | None
+    seq: int | None
+    last_enqueued: int | None
+    last_completed: int | None
+    numel: int | None
+    pg: str | None = None
+    timeout_ms: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "op": self.op,
+            "seq": self.seq,
+            "last_enqueued": self.last_enqueued,
+            "last_completed": self.last_completed,
+            "numel": self.numel,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RankDump:
+    """One rank of a cross-rank dump, joined to its actor row and analysed."""
+
+    actor: ActorRow
+    samples: tuple[ProcessDump, ...]
+    main: ThreadStack | None = None
+    blocked_on: BlockedOn | None = None
+    stuck: bool | None = None
+    collective: CollectiveInfo | None = None
+    error: str | None = None
+
+    @property
+    def stack(self) -> tuple[Frame, ...]:
+        return self.main.frames if self.main else ()
+
+    def to_json(self) -> dict[str, Any]:
+        a = self.actor
+        return {
+            "actor_id": a.actor_id,
+            "actor_name": a.actor_name,
+            "class_name": a.class_name,
+            "pid": a.pid,
+            "node_ip": a.node_ip,
+            "state": a.state,
+            "worker_group": a.worker_group,
+            "rank": a.rank,
+            "world_size": a.world_size,
+            "role": a.role,
+            "roles": list(a.roles),
+            "task": a.task,
+            "task_running_s": _round(a.task_running_s),
+            "blocked_on": self.blocked_on.to_json() if self.blocked_on else None,
+            "collective": self.collective.to_json() if self.collective else None,
+            "stuck": self.stuck,
+            "stack": [f.to_json() for f in self.stack],
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Suspect:
+    actor_id: str
+    worker_group: str | None
+    rank: int | None
+    reason: str
+    score: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"actor_id": self.actor_id, "worker_group": self.worker_group, "rank": self.rank,
+                "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
+class StackGroup:
+    """An equivalence class: ranks whose main-thread stacks are identical."""
+
+    ranks: tuple[str, ...]  # labels such as "a1B2c3:3" or "controller"
+    blocked_on: BlockedOn | None
+    frames: tuple[Frame, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ranks": list(self.ranks),
+            "blocked_on": self.blocked_on.to_json() if self.blocked_on else None,
+            "frames": [f.short() for f in self.frames],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class DumpReport:
+    taken_at: float
+    ranks: tuple[RankDump, ...]
+    groups: tuple[StackGroup, ...]
+    suspects: tuple[Suspect, ...]
+    native: bool = False
+    samples: int = 1
+    notes: tuple[str, ...] = field(default=())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "taken_at": self.taken_at,
+            "ranks": [r.to_json() for r in self.ranks],
+            "groups": [g.to_json() for g in self.groups],
+            "suspects": [s.to_json() for s in self.suspects],
+        }
+
+
+def _round(v: float | None) -> float | None:
+    return None if v is None else round(v, 3)
+
+
+def to_plain(obj: Any) -> Any:
+    """dataclass → plain dict (for record files and debugging)."""
+    return asdict(obj)

@@ -1,0 +1,213 @@
+"""This machine: psutil per Ray worker process and NVML per GPU and per GPU process.
+
+Blocking calls: run them in a thread (``asyncio.to_thread``). Failures are values: a vanished pid is
+left out, NVML missing or failing gives ``gpus=None`` with a one-line reason.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from verltop.model import Gpu, ProcStat
+
+
+@dataclass(frozen=True, slots=True)
+class LocalSample:
+    taken_at: float
+    procs: dict[int, ProcStat]
+    gpus: tuple[Gpu, ...] | None
+    gpu_error: str | None
+
+
+def local_addresses() -> set[str]:
+    """IPs and names by which Ray may list this host."""
+    out = {"127.0.0.1", "localhost"}
+    try:
+        out.add(socket.gethostname())
+        out.add(socket.getfqdn())
+    except OSError:
+        pass
+    try:
+        import psutil
+
+        for addrs in psutil.net_if_addrs().values():
+            for a in addrs:
+                if a.family in (socket.AF_INET, socket.AF_INET6):
+                    out.add(a.address.split("%")[0])
+    except (ImportError, OSError):
+        pass
+    return out
+
+
+def ns_pid(pid: int) -> int | None:
+    """The pid as seen inside its own (innermost) pid namespace, from ``NSpid`` in /proc/PID/status.
+
+    NVML reports host pids; Ray inside a container reports container pids. Run on the host, this maps
+    one to the other.
+    """
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("NSpid:"):
+                    parts = line.split()[1:]
+                    return int(parts[-1]) if len(parts) > 1 else None
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+class LocalSampler:
+    """Keeps psutil.Process objects between samples so ``cpu_percent`` measures the interval."""
+
+    def __init__(self, use_nvml: bool = True) -> None:
+        self._procs: dict[int, Any] = {}
+        self._nvml: Any = None
+        self._nvml_error: str | None = None
+        self._use_nvml = use_nvml
+        self._nvml_tried = False
+        self._last_util_ts = 0
+
+    # ---------------------------------------------------------- processes
+
+    def sample_procs(self, pids: set[int]) -> dict[int, ProcStat]:
+        """CPU % (since the previous sample) and RSS of each pid that is a Ray worker here."""
+        import psutil
+
+        out: dict[int, ProcStat] = {}
+        for pid in list(self._procs):
+            if pid not in pids:
+                del self._procs[pid]
+        for pid in pids:
+            p = self._procs.get(pid)
+            try:
+                if p is None:
+                    p = psutil.Process(pid)
+                    title = (p.cmdline() or [""])[0]
+                    # pid reuse, or a remote node's pid that happens to exist here: only Ray workers count
+                    if not title.startswith("ray::"):
+                        continue
+                    p.cpu_percent(None)  # prime; the next call measures the interval
+                    self._procs[pid] = p
+                    out[pid] = ProcStat(pid, None, p.memory_info().rss, p.create_time(), title)
+                    continue
+                with p.oneshot():
+                    cpu = p.cpu_percent(None)
+                    rss = p.memory_info().rss
+                    ct = p.create_time()
+                out[pid] = ProcStat(pid, cpu, rss, ct, None)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError, IndexError):
+                self._procs.pop(pid, None)
+        return out
+
+    # ---------------------------------------------------------- GPUs
+
+    def _init_nvml(self) -> Any:
+        if self._nvml is not None or self._nvml_tried:
+            return self._nvml
+        self._nvml_tried = True
+        if not self._use_nvml:
+            self._nvml_error = "NVML disabled"
+            return None
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self._nvml = pynvml
+        except ImportError:
+            self._nvml_error = "no NVML (nvidia-ml-py not installed)"
+        except Exception as e:  # noqa: BLE001 - pynvml raises NVMLError subclasses and OSError alike
+            self._nvml_error = f"no NVML: {_nvml_msg(e)}"
+        return self._nvml
+
+    def sample_gpus(self, wanted_pids: set[int] | None = None) -> tuple[tuple[Gpu, ...] | None, str | None]:
+        nv = self._init_nvml()
+        if nv is None:
+            return None, self._nvml_error
+        try:
+            n = nv.nvmlDeviceGetCount()
+        except Exception as e:  # noqa: BLE001
+            return None, f"NVML failed: {_nvml_msg(e)}"
+        gpus = []
+        for i in range(n):
+            try:
+                gpus.append(self._one_gpu(nv, i, wanted_pids or set()))
+            except Exception as e:  # noqa: BLE001 - one bad GPU must not hide the others
+                gpus.append(Gpu(index=i, name=f"error: {_nvml_msg(e)}", util_percent=None,
+                                mem_used_bytes=None, mem_total_bytes=None))
+        return tuple(gpus), None
+
+    def _one_gpu(self, nv: Any, i: int, wanted: set[int]) -> Gpu:
+        h = nv.nvmlDeviceGetHandleByIndex(i)
+        name = nv.nvmlDeviceGetName(h)
+        if isinstance(name, bytes):
+            name = name.decode(errors="replace")
+        mem = nv.nvmlDeviceGetMemoryInfo(h)
+        try:
+            util = float(nv.nvmlDeviceGetUtilizationRates(h).gpu)
+        except Exception:  # noqa: BLE001 - not supported on some devices (MIG)
+            util = None
+        procs: dict[int, int | None] = {}
+        for getter in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+            try:
+                for p in getattr(nv, getter)(h):
+                    used = getattr(p, "usedGpuMemory", None)
+                    procs[int(p.pid)] = int(used) if isinstance(used, int) else None
+            except Exception:  # noqa: BLE001,S112 - either list may be unsupported
+                continue
+        sm: dict[int, float] = {}
+        try:
+            for s in nv.nvmlDeviceGetProcessUtilization(h, self._last_util_ts):
+                sm[int(s.pid)] = float(s.smUtil)
+        except Exception:  # noqa: BLE001 - NVML_ERROR_NOT_FOUND when no samples yet
+            pass
+        out = []
+        for pid, used in procs.items():
+            mapped = pid
+            if wanted and pid not in wanted:
+                inner = ns_pid(pid)
+                if inner is not None and inner in wanted:
+                    mapped = inner
+            out.append((mapped, used, sm.get(pid)))
+        uuid = None
+        try:
+            uuid = nv.nvmlDeviceGetUUID(h)
+            uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
+        except Exception:  # noqa: BLE001
+            pass
+        return Gpu(index=i, name=name, util_percent=util, mem_used_bytes=int(mem.used),
+                   mem_total_bytes=int(mem.total), uuid=uuid, processes=tuple(out))
+
+    def sample(self, pids: set[int]) -> LocalSample:
+        procs = self.sample_procs(pids)
+        gpus, err = self.sample_gpus(pids)
+        self._last_util_ts = int(time.time() * 1e6) - 1_000_000
+        return LocalSample(time.time(), procs, gpus, err)
+
+    def close(self) -> None:
+        if self._nvml is not None:
+            try:
+                self._nvml.nvmlShutdown()
+            except Exception:  # noqa: BLE001
+                pass
+            self._nvml = None
+
+
+def _nvml_msg(e: Exception) -> str:
+    s = str(e) or e.__class__.__name__
+    if "Shared Library" in s or "libnvidia-ml" in s:
+        return "NVIDIA driver library not found (no GPU here)"
+    return " ".join(s.split())[:120]
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

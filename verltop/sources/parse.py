@@ -1,0 +1,325 @@
+"""Dashboard JSON → model rows. Pure and total: any input gives rows or a ``ParseError``, never a crash.
+
+Ray answers in two dialects: the State API (``/api/v0/*``, snake_case, ``data.result.result``) and the
+legacy node endpoints (``/nodes``, camelCase, ``data.summary`` / ``data.detail``). Schema drift (missing
+fields, nulls, new fields) degrades to ``None`` values, not errors.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from verltop.model import Gpu, Node, ProcStat, RawActor, RawTask
+
+# The only runtime-env keys verltop ever reads. Everything else in a runtime env (API keys, tokens) is
+# dropped here, at the edge, so no later layer can show, log or save it.
+RANK_ENV_KEYS = (
+    "RANK",
+    "WORLD_SIZE",
+    "WG_PREFIX",
+    "RAY_LOCAL_WORLD_SIZE",
+    "TORCH_FR_DUMP_TEMP_FILE",
+    "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+    "TORCH_NCCL_DEBUG_INFO_PIPE_FILE",
+)
+
+MIB = 1024 * 1024
+
+
+class ParseError(ValueError):
+    """The answer was not the JSON shape Ray sends (HTML, truncated, wrong envelope)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ListResult:
+    rows: list[Any]
+    total: int | None
+    truncated: bool
+    warning: str | None
+
+
+def loads(text: str | bytes) -> Any:
+    try:
+        return json.loads(text)
+    except (ValueError, TypeError) as e:
+        snippet = text[:40] if isinstance(text, str) else bytes(text[:40]).decode("utf-8", "replace")
+        kind = "HTML" if snippet.lstrip().startswith("<") else "invalid JSON"
+        raise ParseError(f"dashboard sent {kind}, not JSON ({e.__class__.__name__})") from None
+
+
+def _dict(v: Any) -> dict[str, Any]:
+    return v if isinstance(v, dict) else {}
+
+
+def _list(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else []
+
+
+def _str(v: Any) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, str):
+        return v
+    if isinstance(v, (int, float, bool)):
+        return str(v)
+    return None
+
+
+def _int(v: Any) -> int | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float):
+        return int(v) if v == v and abs(v) < 1e18 else None
+    if isinstance(v, str):
+        try:
+            return int(float(v))
+        except ValueError:
+            return None
+    return None
+
+
+def _float(v: Any) -> float | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        f = float(v)
+        return f if f == f and abs(f) != float("inf") else None
+    if isinstance(v, str):
+        try:
+            return _float(float(v))
+        except ValueError:
+            return None
+    return None
+
+
+def state_api_rows(doc: Any) -> ListResult:
+    """Unwrap ``{"result": true, "data": {"result": {"result": [...], "total": N, ...}}}``."""
+    if not isinstance(doc, dict):
+        raise ParseError("dashboard answer is not a JSON object")
+    if doc.get("result") is False:
+        raise ParseError(f"dashboard error: {str(doc.get('msg') or 'unknown')[:200]}")
+    inner = _dict(_dict(doc.get("data")).get("result"))
+    rows = inner.get("result")
+    if not isinstance(rows, list):
+        raise ParseError("dashboard answer lacks data.result.result (schema changed?)")
+    total = _int(inner.get("total"))
+    after = _int(inner.get("num_after_truncation"))
+    truncated = total is not None and after is not None and total > after
+    warn = _str(inner.get("partial_failure_warning")) or None
+    return ListResult(rows=rows, total=total, truncated=truncated, warning=warn)
+
+
+def rank_env(serialized_runtime_env: Any) -> tuple[tuple[str, str], ...]:
+    """Pull the rank keys out of ``serialized_runtime_env`` (a JSON string) and drop everything else."""
+    env: Any = serialized_runtime_env
+    if isinstance(env, str):
+        try:
+            env = json.loads(env) if env else {}
+        except ValueError:
+            return ()
+    env_vars = _dict(_dict(env).get("env_vars"))
+    out = []
+    for key in RANK_ENV_KEYS:
+        v = env_vars.get(key)
+        if isinstance(v, (str, int)) and not isinstance(v, bool):
+            out.append((key, str(v)[:256]))
+    return tuple(out)
+
+
+def death_cause_text(dc: Any) -> str | None:
+    """One line from Ray's nested death_cause (``actor_died_error_context`` etc.)."""
+    if dc is None:
+        return None
+    if isinstance(dc, str):
+        return dc[:300] or None
+    if not isinstance(dc, dict):
+        return None
+    for ctx in dc.values():
+        if isinstance(ctx, dict):
+            msg = ctx.get("error_message") or ctx.get("errorMessage") or ctx.get("reason")
+            if isinstance(msg, str) and msg:
+                # Ray's messages are long; the first line says what happened
+                return msg.strip().splitlines()[0][:300]
+    return None
+
+
+def actor(row: Any) -> RawActor | None:
+    r = _dict(row)
+    actor_id = _str(r.get("actor_id"))
+    if not actor_id:
+        return None
+    return RawActor(
+        actor_id=actor_id,
+        class_name=_str(r.get("class_name")) or "?",
+        state=(_str(r.get("state")) or "UNKNOWN").upper(),
+        name=_str(r.get("name")) or None,
+        node_id=_str(r.get("node_id")) or None,
+        pid=_int(r.get("pid")) or None,
+        job_id=_str(r.get("job_id")),
+        env=rank_env(r.get("serialized_runtime_env")),
+        death_cause=death_cause_text(r.get("death_cause")),
+        num_restarts=_int(r.get("num_restarts")),
+        placement_group_id=_str(r.get("placement_group_id")),
+    )
+
+
+def actors(doc: Any) -> tuple[list[RawActor], ListResult]:
+    lr = state_api_rows(doc)
+    return [a for a in (actor(r) for r in lr.rows) if a is not None], lr
+
+
+def task(row: Any) -> RawTask | None:
+    r = _dict(row)
+    task_id = _str(r.get("task_id"))
+    if not task_id:
+        return None
+    name = _str(r.get("name")) or _str(r.get("func_or_class_name")) or "?"
+    return RawTask(
+        task_id=task_id,
+        name=name,
+        func_name=_str(r.get("func_or_class_name")) or name,
+        state=(_str(r.get("state")) or "UNKNOWN").upper(),
+        actor_id=_str(r.get("actor_id")) or None,
+        node_id=_str(r.get("node_id")) or None,
+        worker_pid=_int(r.get("worker_pid")) or None,
+        start_time_ms=_float(r.get("start_time_ms")),
+        end_time_ms=_float(r.get("end_time_ms")),
+        attempt=_int(r.get("attempt_number")) or 0,
+    )
+
+
+def tasks(doc: Any) -> tuple[list[RawTask], ListResult]:
+    lr = state_api_rows(doc)
+    return [t for t in (task(r) for r in lr.rows) if t is not None], lr
+
+
+def state_nodes(doc: Any) -> list[Node]:
+    """/api/v0/nodes → nodes with identity and state only (stats come from /nodes)."""
+    out = []
+    for r in state_api_rows(doc).rows:
+        r = _dict(r)
+        nid = _str(r.get("node_id"))
+        if not nid:
+            continue
+        out.append(
+            Node(
+                node_id=nid,
+                ip=_str(r.get("node_ip")),
+                hostname=_str(r.get("node_name")),
+                state=(_str(r.get("state")) or "UNKNOWN").upper(),
+                is_head=bool(r.get("is_head_node")),
+            )
+        )
+    return out
+
+
+def _gpu(g: Any) -> Gpu | None:
+    g = _dict(g)
+    idx = _int(g.get("index"))
+    if idx is None:
+        return None
+    util = _float(g.get("utilizationGpu"))
+    if util is not None and util < 0:
+        util = None
+    procs = []
+    for p in _list(g.get("processesPids")):
+        p = _dict(p)
+        pid = _int(p.get("pid"))
+        if pid is None:
+            continue
+        mem = _float(p.get("gpuMemoryUsage"))
+        procs.append((pid, int(mem * MIB) if mem is not None else None, _float(p.get("gpuUtilization"))))
+    used = _float(g.get("memoryUsed"))
+    total = _float(g.get("memoryTotal"))
+    return Gpu(
+        index=idx,
+        name=_str(g.get("name")),
+        util_percent=util,
+        mem_used_bytes=int(used * MIB) if used is not None else None,
+        mem_total_bytes=int(total * MIB) if total is not None else None,
+        uuid=_str(g.get("uuid")),
+        processes=tuple(procs),
+    )
+
+
+def _procs(workers: Any) -> tuple[ProcStat, ...]:
+    out = []
+    for w in _list(workers):
+        w = _dict(w)
+        pid = _int(w.get("pid"))
+        if pid is None:
+            continue
+        cmd = _list(w.get("cmdline"))
+        out.append(
+            ProcStat(
+                pid=pid,
+                cpu_percent=_float(w.get("cpuPercent")),
+                rss_bytes=_int(_dict(w.get("memoryInfo")).get("rss")),
+                create_time_s=_float(w.get("createTime")),
+                title=_str(cmd[0]) if cmd else None,
+            )
+        )
+    return tuple(out)
+
+
+def node_stats(d: Any, now: float | None = None) -> Node | None:
+    """One node dict of ``/nodes?view=summary`` (or ``/nodes/{id}`` detail)."""
+    d = _dict(d)
+    raylet = _dict(d.get("raylet"))
+    nid = _str(raylet.get("nodeId"))
+    if not nid:
+        return None
+    mem = _list(d.get("mem"))
+    total = _int(mem[0]) if len(mem) > 0 else None
+    avail = _int(mem[1]) if len(mem) > 1 else None
+    used = _int(mem[3]) if len(mem) > 3 else (total - avail if total is not None and avail is not None else None)
+    agent_now = _float(d.get("now"))
+    age = max(0.0, now - agent_now) if now is not None and agent_now is not None else None
+    return Node(
+        node_id=nid,
+        ip=_str(d.get("ip")) or _str(raylet.get("nodeManagerAddress")),
+        hostname=_str(d.get("hostname")) or _str(raylet.get("nodeManagerHostname")),
+        state=(_str(raylet.get("state")) or "ALIVE").upper(),
+        is_head=bool(raylet.get("isHeadNode")),
+        cpu_percent=_float(d.get("cpu")),
+        mem_used_bytes=used,
+        mem_total_bytes=total,
+        gpus=tuple(g for g in (_gpu(x) for x in _list(d.get("gpus"))) if g is not None),
+        stats_age_s=age,
+        procs=_procs(d.get("workers")),
+    )
+
+
+def _legacy_data(doc: Any) -> dict[str, Any]:
+    if not isinstance(doc, dict):
+        raise ParseError("dashboard answer is not a JSON object")
+    if doc.get("result") is False:
+        raise ParseError(f"dashboard error: {str(doc.get('msg') or 'unknown')[:200]}")
+    data = doc.get("data")
+    if not isinstance(data, dict):
+        raise ParseError("dashboard answer lacks data (schema changed?)")
+    return data
+
+
+def nodes_summary(doc: Any, now: float | None = None) -> list[Node]:
+    """``/nodes?view=summary`` → per-node CPU, memory and GPUs."""
+    summary = _legacy_data(doc).get("summary")
+    if not isinstance(summary, list):
+        raise ParseError("dashboard answer lacks data.summary (schema changed?)")
+    return [n for n in (node_stats(d, now) for d in summary) if n is not None]
+
+
+def node_detail(doc: Any, now: float | None = None) -> Node | None:
+    """``/nodes/{id}`` → the node with its worker processes (CPU %, RSS)."""
+    detail = _legacy_data(doc).get("detail")
+    if not isinstance(detail, dict):
+        raise ParseError("dashboard answer lacks data.detail (schema changed?)")
+    return node_stats(detail, now)
+
+
+def auth_mode(doc: Any) -> str | None:
+    return _str(_dict(doc).get("authentication_mode"))

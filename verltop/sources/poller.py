@@ -1,0 +1,308 @@
+"""One poller owns time: each source on its own interval, never overlapping itself, keeping its last good
+data, its age and its last error. ``snapshot()`` joins them through the pure analysis layer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from verltop.analysis.history import TaskHistory
+from verltop.analysis.stalls import StallSettings
+from verltop.analysis.view import ClusterData, build_snapshot, group_key, running_task_rows
+from verltop.analysis import roles as R
+from verltop.model import Node, ProcStat, RawActor, RawTask, Snapshot, SourceStatus
+from verltop.sources import dashboard as D
+from verltop.sources.config import Endpoint
+from verltop.sources.http import DashboardClient
+from verltop.sources.local import LocalSampler, local_addresses
+
+
+@dataclass(frozen=True, slots=True)
+class Intervals:
+    actors_s: float = 2.0
+    tasks_s: float = 2.0
+    nodes_s: float = 2.0
+    node_detail_s: float = 2.0
+    local_s: float = 1.0
+    timeout_s: float = 10.0
+    max_node_details: int = 8  # remote /nodes/{id} calls per cycle
+
+
+@dataclass(slots=True)
+class SourceState:
+    name: str
+    value: Any = None
+    ok_at: float | None = None
+    error: str | None = None
+    tries: int = 0
+    backoff_s: float = 0.0
+
+    def status(self, now: float) -> SourceStatus:
+        return SourceStatus(self.name, None if self.ok_at is None else max(0.0, now - self.ok_at), self.error)
+
+
+@dataclass(slots=True)
+class _Sources:
+    actors: SourceState = field(default_factory=lambda: SourceState("actors"))
+    tasks: SourceState = field(default_factory=lambda: SourceState("tasks"))
+    nodes: SourceState = field(default_factory=lambda: SourceState("nodes"))
+    local: SourceState = field(default_factory=lambda: SourceState("local"))
+
+    def all(self) -> list[SourceState]:
+        return [self.actors, self.tasks, self.nodes, self.local]
+
+
+class Collector:
+    """Polls the dashboard and this machine; call ``snapshot()`` for the current joined view."""
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        intervals: Intervals | None = None,
+        stall: StallSettings | None = None,
+        use_local: bool = True,
+        use_nvml: bool = True,
+    ) -> None:
+        self.endpoint = endpoint
+        self.iv = intervals or Intervals()
+        self.stall = stall or StallSettings()
+        self.client = DashboardClient(endpoint)
+        self.hist = TaskHistory()
+        self.src = _Sources()
+        self.node_details: dict[str, Node] = {}
+        self.use_local = use_local
+        self.sampler = LocalSampler(use_nvml=use_nvml) if use_local else None
+        self._local_addrs = local_addresses() if use_local else set()
+        self._tasks: list[asyncio.Task] = []
+        self._detail_cursor = 0
+        self.paused = False
+        self.truncated: str | None = None
+        self.seeded = False
+
+    # ---------------------------------------------------------- one-shot
+
+    async def poll_once(self, seed: bool = True) -> None:
+        """Every source once, concurrently (for ``verltop snapshot``)."""
+        jobs = [self._poll_actors(), self._poll_tasks(), self._poll_nodes()]
+        if seed:
+            jobs.append(self._seed_history())
+        await asyncio.gather(*jobs)
+        await asyncio.gather(self._poll_node_details(), self._poll_local())
+
+    async def _seed_history(self) -> None:
+        r = await D.fetch_finished_tasks(self.client, timeout_s=self.iv.timeout_s)
+        if not r.ok or not r.value:
+            return
+        # wait for the actor list so methods can be keyed by worker group
+        for _ in range(50):
+            if self.src.actors.value is not None or self.src.actors.error:
+                break
+            await asyncio.sleep(0.02)
+        actors = {a.actor_id: a for a in (self.src.actors.value or [])}
+        rows = []
+        for t in r.value:
+            if not (t.start_time_ms and t.end_time_ms and t.actor_id in actors):
+                continue
+            a = actors[t.actor_id]
+            method = R.method_of(t.func_name) or t.name
+            if method == "__init__":
+                continue
+            rows.append((t.actor_id, group_key(R.identity(a), a.class_name), method,
+                         t.start_time_ms / 1000, t.end_time_ms / 1000))
+        self.hist.seed(rows)
+        self.seeded = True
+
+    # ---------------------------------------------------------- loops
+
+    def start(self, on_update: Callable[[], None]) -> None:
+        """Start one loop per source; ``on_update`` is called (in the loop's task) after each poll."""
+        loop_specs = [
+            (self._poll_actors, lambda: self.iv.actors_s, self.src.actors),
+            (self._poll_tasks, lambda: self.iv.tasks_s, self.src.tasks),
+            (self._poll_nodes, lambda: self.iv.nodes_s, self.src.nodes),
+            (self._poll_node_details, lambda: self.iv.node_detail_s, None),
+        ]
+        if self.use_local:
+            loop_specs.append((self._poll_local, lambda: self.iv.local_s, self.src.local))
+        for fn, iv, st in loop_specs:
+            self._tasks.append(asyncio.create_task(self._loop(fn, iv, st, on_update)))
+        self._tasks.append(asyncio.create_task(self._seed_history()))
+
+    async def _loop(self, fn: Callable, interval: Callable[[], float], st: SourceState | None,
+                    on_update: Callable[[], None]) -> None:
+        while True:
+            if not self.paused:
+                await fn()
+                on_update()
+                wait = interval()
+                if st is not None and st.backoff_s:
+                    wait = max(wait, st.backoff_s)
+                await asyncio.sleep(max(0.05, wait))
+            else:
+                await asyncio.sleep(0.2)
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._tasks.clear()
+        await self.client.close()
+        if self.sampler:
+            await asyncio.to_thread(self.sampler.close)
+
+    # ---------------------------------------------------------- individual sources
+
+    def _record(self, st: SourceState, r: D.Result) -> bool:
+        st.tries += 1
+        if r.ok:
+            st.value = r.value
+            st.ok_at = r.taken_at
+            st.error = None
+            st.backoff_s = 0.0
+            return True
+        st.error = r.error
+        if r.retry_after_s:
+            st.backoff_s = r.retry_after_s
+        else:
+            # a dashboard that is down is retried at a calm pace, not hammered
+            st.backoff_s = min(10.0, max(2.0, st.backoff_s * 2 or 2.0))
+        return False
+
+    async def _poll_actors(self) -> None:
+        r = await D.fetch_actors(self.client, self.iv.timeout_s)
+        if self._record(self.src.actors, r):
+            self.truncated = r.truncated
+            self.hist.forget_actors({a.actor_id for a in r.value or []})
+
+    async def _poll_tasks(self) -> None:
+        r = await D.fetch_running_tasks(self.client, self.iv.timeout_s)
+        if self._record(self.src.tasks, r):
+            actors = {a.actor_id: a for a in (self.src.actors.value or [])}
+            self.hist.observe(running_task_rows(tuple(r.value or ()), actors), r.taken_at,
+                              complete=r.truncated is None)
+
+    async def _poll_nodes(self) -> None:
+        ident, summary = await asyncio.gather(
+            D.fetch_nodes(self.client, self.iv.timeout_s), D.fetch_nodes_summary(self.client, self.iv.timeout_s)
+        )
+        if not ident.ok:
+            self._record(self.src.nodes, ident)
+            return
+        stats = {n.node_id: n for n in (summary.value or [])} if summary.ok else {}
+        merged = []
+        for n in ident.value or []:
+            s = stats.get(n.node_id)
+            if s is not None:
+                n = Node(node_id=n.node_id, ip=n.ip or s.ip, hostname=s.hostname or n.hostname, state=n.state,
+                         is_head=n.is_head, cpu_percent=s.cpu_percent, mem_used_bytes=s.mem_used_bytes,
+                         mem_total_bytes=s.mem_total_bytes, gpus=s.gpus, stats_age_s=s.stats_age_s)
+            merged.append(n)
+        self._record(self.src.nodes, D.Result(merged, None, ident.taken_at, ident.elapsed_s))
+        if not summary.ok:
+            self.src.nodes.error = f"node stats: {summary.error}"
+
+    def local_node_ids(self) -> frozenset[str]:
+        nodes: list[Node] = self.src.nodes.value or []
+        return frozenset(n.node_id for n in nodes if n.ip in self._local_addrs or n.hostname in self._local_addrs)
+
+    def _actors_on(self, node_ids: frozenset[str] | set[str]) -> list[RawActor]:
+        return [a for a in (self.src.actors.value or []) if a.node_id in node_ids and a.state == "ALIVE"]
+
+    async def _poll_node_details(self) -> None:
+        """Per-worker CPU/RSS of remote nodes that host actors; a bounded number per cycle."""
+        local = self.local_node_ids() if self.use_local else frozenset()
+        wanted = sorted({a.node_id for a in self._actors_on(_all_ids(self)) if a.node_id not in local})
+        if not wanted:
+            return
+        n = min(len(wanted), self.iv.max_node_details)
+        start = self._detail_cursor % len(wanted)
+        pick = (wanted + wanted)[start : start + n]
+        self._detail_cursor += n
+        results = await asyncio.gather(*(D.fetch_node_detail(self.client, nid, self.iv.timeout_s) for nid in pick))
+        for nid, r in zip(pick, results, strict=True):
+            if r.ok and r.value is not None:
+                self.node_details[nid] = r.value
+        for nid in [k for k in self.node_details if k not in wanted]:
+            del self.node_details[nid]
+
+    async def _poll_local(self) -> None:
+        if self.sampler is None:
+            return
+        local = self.local_node_ids()
+        pids = {a.pid for a in self._actors_on(local) if a.pid}
+        try:
+            s = await asyncio.to_thread(self.sampler.sample, pids)
+        except Exception as e:  # noqa: BLE001 - a local sampling bug must not stop the UI
+            self._record(self.src.local, D.Result(None, f"local sampling failed: {e}", time.time()))
+            return
+        self._record(self.src.local, D.Result(s, None, s.taken_at))
+        self._note_gpu_use(s)
+
+    def _note_gpu_use(self, s: Any) -> None:
+        if not s.gpus:
+            return
+        util_by_pid: dict[int, float | None] = {}
+        for g in s.gpus:
+            for pid, _, _ in g.processes:
+                util_by_pid[pid] = g.util_percent
+        for t in self.src.tasks.value or []:
+            if t.worker_pid in util_by_pid:
+                self.hist.note_gpu(t.task_id, util_by_pid[t.worker_pid])
+
+    # ---------------------------------------------------------- the joined view
+
+    def data(self) -> ClusterData:
+        now = time.time()
+        nodes: list[Node] = list(self.src.nodes.value or [])
+        if self.node_details:
+            nodes = [
+                Node(**{**_node_dict(n), "procs": self.node_details[n.node_id].procs})
+                if n.node_id in self.node_details else n
+                for n in nodes
+            ]
+        ls = self.src.local.value
+        procs: dict[int, ProcStat] = ls.procs if ls else {}
+        statuses = [s.status(now) for s in self.src.all() if s is not self.src.local or self.use_local]
+        return ClusterData(
+            address=self.endpoint.address,
+            actors=tuple(self.src.actors.value or ()),
+            tasks=tuple(self.src.tasks.value or ()),
+            nodes=tuple(nodes),
+            local_node_ids=self.local_node_ids() if self.use_local else frozenset(),
+            local_procs=procs,
+            local_gpus=ls.gpus if ls else None,
+            local_gpu_error=ls.gpu_error if ls else None,
+            sources=tuple(statuses),
+            truncated=self.truncated,
+        )
+
+    def snapshot(self, now: float | None = None) -> Snapshot:
+        return build_snapshot(self.data(), self.hist, now if now is not None else time.time(), self.stall)
+
+    @property
+    def has_data(self) -> bool:
+        return self.src.actors.ok_at is not None
+
+    def first_error(self) -> str | None:
+        for s in self.src.all():
+            if s.error and s.ok_at is None and s is not self.src.local:
+                return s.error
+        return None
+
+
+def _all_ids(c: Collector) -> set[str]:
+    return {n.node_id for n in (c.src.nodes.value or [])} | {a.node_id or "" for a in (c.src.actors.value or [])}
+
+
+def _node_dict(n: Node) -> dict[str, Any]:
+    return {f: getattr(n, f) for f in Node.__dataclass_fields__}
+
+
+__all__ = ["Collector", "Intervals", "RawTask"]

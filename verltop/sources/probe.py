@@ -1,0 +1,133 @@
+"""Probe actors: one per node, pinned there, running py-spy locally and returning its JSON.
+
+Used only for a remote dump when the dashboard's profiling endpoint is off (Ray ≥ 2.56 default). This is
+the one place outside the demo that imports ray. The actors live in their own namespace, take no CPU, are
+not detached, and are killed when the dump ends (and die with this driver anyway).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from verltop.model import ProcessDump
+from verltop.sources import pyspy_parse
+from verltop.sources.stacks import NO_PYSPY, DumpOptions, explain_pyspy_error
+
+NAMESPACE = "verltop-probe"
+
+
+def _probe_class() -> Any:
+    import ray
+
+    @ray.remote(num_cpus=0, max_concurrency=64)
+    class VerltopProbe:
+        """Runs py-spy on its node."""
+
+        def dump(self, pid: int, native: bool, nonblocking: bool, timeout_s: float) -> tuple[int, str, str, float]:
+            import os
+            import shutil
+            import subprocess
+            import sys
+
+            exe = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+            if not os.access(exe, os.X_OK):
+                return (-2, "", "py-spy not found", 0.0)
+            args = [exe, "dump", "--json", "--pid", str(pid)]
+            if native:
+                args.append("--native")
+            if nonblocking:
+                args.append("--nonblocking")
+            t0 = time.monotonic()
+            try:
+                p = subprocess.run(args, capture_output=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+            except subprocess.TimeoutExpired:
+                return (-1, "", f"py-spy did not finish within {timeout_s:g} s (killed)", time.monotonic() - t0)
+            return (p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace"),
+                    time.monotonic() - t0)
+
+    return VerltopProbe
+
+
+class ProbePool:
+    """Lazily connects to the cluster and starts one probe per node that is asked for."""
+
+    def __init__(self, opts: DumpOptions, address: str = "auto", schedule_timeout_s: float = 15.0) -> None:
+        self.opts = opts
+        self.address = address
+        self.schedule_timeout_s = schedule_timeout_s
+        self._actors: dict[str, Any] = {}
+        self._failed: dict[str, str] = {}
+        self._lock = asyncio.Lock()
+        self._init_error: str | None = None
+        self._inited = False
+
+    def _init(self) -> None:
+        import ray
+
+        if not ray.is_initialized():
+            ray.init(address=self.address, namespace=NAMESPACE, logging_level="ERROR", log_to_driver=False,
+                     configure_logging=False)
+
+    async def _actor(self, node_id: str) -> Any:
+        async with self._lock:
+            if not self._inited:
+                self._inited = True
+                try:
+                    await asyncio.to_thread(self._init)
+                except Exception as e:  # noqa: BLE001 - ray raises many kinds; all mean "no probe"
+                    self._init_error = ("cannot start a probe: ray.init failed "
+                                        f"({' '.join(str(e).split())[:160]}); run verltop on the head node")
+            if self._init_error:
+                raise RuntimeError(self._init_error)
+            if node_id in self._failed:
+                raise RuntimeError(self._failed[node_id])
+            if node_id not in self._actors:
+                from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+                cls = _probe_class()
+                self._actors[node_id] = cls.options(
+                    scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+                    namespace=NAMESPACE,
+                    name=None,
+                ).remote()
+            return self._actors[node_id]
+
+    async def dump(self, node_id: str, pid: int) -> ProcessDump:
+        started = time.time()
+        try:
+            actor = await self._actor(node_id)
+        except RuntimeError as e:
+            return ProcessDump(pid, error=str(e), taken_at=started)
+        import ray
+
+        ref = actor.dump.remote(pid, self.opts.native, self.opts.nonblocking, self.opts.per_process_timeout)
+        try:
+            rc, out, err, dt = await asyncio.wait_for(
+                asyncio.wrap_future(ref.future()), self.opts.per_process_timeout + self.schedule_timeout_s
+            )
+        except asyncio.TimeoutError:
+            self._failed[node_id] = "probe actor could not be scheduled on that node (no answer)"
+            ray.cancel(ref, force=True)
+            return ProcessDump(pid, error=self._failed[node_id], taken_at=started)
+        except Exception as e:  # noqa: BLE001 - actor died, node left: all are "no stack here"
+            return ProcessDump(pid, error=f"probe failed: {' '.join(str(e).split())[:160]}", taken_at=started)
+        if rc == -2:
+            return ProcessDump(pid, error=NO_PYSPY + " (on that node)", taken_at=started)
+        if rc != 0:
+            return ProcessDump(pid, error=explain_pyspy_error(err + out, rc), taken_at=started, duration_s=dt)
+        threads, perr = pyspy_parse.parse_json(out)
+        return ProcessDump(pid, threads=threads, error=perr, native=self.opts.native, taken_at=started, duration_s=dt)
+
+    async def close(self) -> None:
+        if not self._actors:
+            return
+        import ray
+
+        for a in self._actors.values():
+            try:
+                ray.kill(a)
+            except Exception:  # noqa: BLE001,S110 - already gone
+                pass
+        self._actors.clear()

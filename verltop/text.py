@@ -1,0 +1,119 @@
+"""Plain-text renderings shared by the CLI and saved dumps (the TUI draws its own, richer ones)."""
+
+from __future__ import annotations
+
+from verltop.analysis.merge import build_tree, compact_labels, rank_label, tree_text
+from verltop.model import DumpReport, Snapshot
+
+
+def fmt_bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    f = float(n)
+    for unit in ("B", "K", "M", "G", "T"):
+        if abs(f) < 1024 or unit == "T":
+            return f"{f:.0f}{unit}" if unit in ("B", "K") else f"{f:.1f}{unit}"
+        f /= 1024
+    return f"{f:.1f}T"
+
+
+def fmt_pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:.0f}%"
+
+
+def fmt_age(s: float | None) -> str:
+    if s is None:
+        return "-"
+    if s < 60:
+        return f"{s:.0f}s"
+    if s < 3600:
+        return f"{int(s // 60)}m{int(s % 60):02d}s"
+    return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [len(h) for h in headers]
+    for r in rows:
+        for i, c in enumerate(r):
+            widths[i] = max(widths[i], len(c))
+    line = lambda cells: "  ".join(c.ljust(widths[i]) for i, c in enumerate(cells)).rstrip()  # noqa: E731
+    return "\n".join([line(headers), *(line(r) for r in rows)])
+
+
+def snapshot_text(s: Snapshot) -> str:
+    gpus = sum(len(n.gpus) for n in s.nodes)
+    head = [f"verltop @ {s.address}  nodes {len(s.nodes)}  GPUs {gpus}  actors {len(s.actors)}  "
+            f"phase {s.phase or '-'}  last progress {fmt_age(s.progress_s)} ago"]
+    for e in s.errors:
+        head.append(f"WARNING: {e}")
+    if s.truncated:
+        head.append(f"WARNING: {s.truncated}")
+    rows = []
+    for a in s.actors:
+        rows.append([
+            a.worker_group or "-", a.role, "-" if a.rank is None else f"{a.rank}/{a.world_size or '?'}",
+            a.node_ip or "-", str(a.pid or "-"), "-" if a.gpu_index is None else str(a.gpu_index),
+            fmt_pct(a.gpu_util_percent), fmt_bytes(a.gpu_mem_bytes), fmt_pct(a.cpu_percent), fmt_bytes(a.rss_bytes),
+            a.state, a.task or "-", fmt_age(a.task_running_s), ("STALLED: " + a.stall_reason) if a.stalled else "",
+        ])
+    table = _table(["GROUP", "ROLE", "RANK", "NODE", "PID", "GPU", "GPU%", "GMEM", "CPU%", "RSS", "STATE",
+                    "TASK", "AGE", "STALL"], rows)
+    return "\n".join([*head, "", table])
+
+
+def dump_text(r: DumpReport) -> str:
+    out = []
+    ok = sum(1 for x in r.ranks if x.error is None)
+    out.append(f"verltop dump: {ok}/{len(r.ranks)} ranks dumped, {r.samples} sample(s)"
+               f"{', native' if r.native else ''}")
+    for n in r.notes:
+        out.append(f"note: {n}")
+    out.append("")
+    if r.suspects:
+        out.append("SUSPECTS (most likely first)")
+        for s in r.suspects:
+            who = f"{s.worker_group}:{s.rank}" if s.worker_group else s.actor_id[:12]
+            out.append(f"  {who}: {s.reason}")
+    else:
+        out.append("SUSPECTS: none (no rank stands apart from its peers)")
+    out.append("")
+    rows = []
+    for x in r.ranks:
+        a = x.actor
+        op = x.blocked_on.op if x.blocked_on else "-"
+        if x.collective and x.collective.op:
+            op += f" [{x.collective.op} seq {x.collective.seq}]"
+        frame = (x.blocked_on.frame if x.blocked_on else None) or (x.stack[0].short() if x.stack else "-")
+        motion = "-" if x.stuck is None else ("stuck" if x.stuck else "moving")
+        rows.append([a.worker_group or "-", "-" if a.rank is None else str(a.rank), a.role, a.node_ip or "-",
+                     str(a.pid or "-"), op, frame or "-", motion, x.error or ""])
+    out.append(_table(["GROUP", "RANK", "ROLE", "NODE", "PID", "WAITS IN", "FRAME", "MOTION", "ERROR"], rows))
+    out.append("")
+    out.append("MERGED STACKS (rank sets, outermost frame first)")
+    stacks = {rank_label(x): x.stack for x in r.ranks if x.main is not None}
+    out.append(tree_text(build_tree(stacks)))
+    out.append("")
+    out.append("EQUIVALENCE CLASSES")
+    for g in r.groups:
+        op = g.blocked_on.op if g.blocked_on else "-"
+        top = g.frames[0].short() if g.frames else "-"
+        out.append(f"  [{compact_labels(g.ranks)}] ({len(g.ranks)}) {op}: {top}")
+    return "\n".join(out)
+
+
+def full_stacks_text(r: DumpReport) -> str:
+    """Every thread of every rank (for saved dumps)."""
+    out = []
+    for x in r.ranks:
+        a = x.actor
+        out.append(f"=== {rank_label(x)} role={a.role} pid={a.pid} node={a.node_ip} task={a.task or '-'}")
+        if x.error:
+            out.append(f"    error: {x.error}")
+        last = next((s for s in reversed(x.samples) if s.threads), None)
+        for t in last.threads if last else ():
+            state = "active" if t.active else "idle"
+            out.append(f"  Thread {t.thread_id} ({state}): {t.name or ''}")
+            for f in t.frames:
+                out.append(f"      {f.func} ({f.file}:{f.line})" if f.line else f"      {f.func} ({f.file})")
+        out.append("")
+    return "\n".join(out)
