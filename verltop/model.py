@@ -261,7 +261,9 @@ class Frame:
 
     def short(self) -> str:
         base = self.file.rsplit("/", 1)[-1]
-        return f"{base}:{self.line} {self.func}" if self.line else f"{base} {self.func}"
+        # `create_colocated_worker_cls.<locals>.WorkerDict.update` reads better as `WorkerDict.update`
+        func = self.func.rsplit("<locals>.", 1)[-1]
+        return f"{base}:{self.line} {func}" if self.line else f"{base} {func}"
 
     def to_json(self) -> dict[str, Any]:
         return {"func": self.func, "file": self.file, "line": self.line}

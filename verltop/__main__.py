@@ -1,0 +1,5 @@
+import sys
+
+from verltop.cli import main
+
+sys.exit(main())

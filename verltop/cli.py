@@ -1,0 +1,261 @@
+"""``verltop`` command line: the TUI (default), ``snapshot``, ``dump`` and ``demo``.
+
+Imports are deferred to the subcommand that needs them: ``verltop dump --json`` must start fast, and
+nothing on the TUI's path imports ray.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from verltop import __version__
+
+EPILOG = """\
+environment (the flag wins over the variable):
+  RAY_DASHBOARD_ADDRESS, RAY_ADDRESS (when http://…)   dashboard address; default http://127.0.0.1:8265
+  RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token   Ray auth token (sent as a Bearer header)
+  VERLTOP_INTERVAL, VERLTOP_STALL_AFTER                   defaults for --interval and --stall-after
+"""
+
+
+class UserError(Exception):
+    """A problem the user can fix; printed as one line, exit 2."""
+
+
+def _env_float(name: str, default: float) -> float:
+    v = os.environ.get(name)
+    if not v:
+        return default
+    try:
+        return float(v)
+    except ValueError:
+        raise UserError(f"{name}={v!r} is not a number") from None
+
+
+def _positive(v: str) -> float:
+    try:
+        f = float(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{v!r} is not a number") from None
+    if f <= 0:
+        raise argparse.ArgumentTypeError("must be > 0")
+    return f
+
+
+def _shared(p: argparse.ArgumentParser, sub: bool = True) -> None:
+    # Subparsers must not reset what was given before the subcommand (`verltop --address X dump`).
+    d = {"default": argparse.SUPPRESS} if sub else {}
+    p.add_argument("--address", **d, help="Ray dashboard URL (default: $RAY_DASHBOARD_ADDRESS, $RAY_ADDRESS if "
+                   "http, else http://127.0.0.1:8265)")
+    p.add_argument("--interval", type=_positive, metavar="S", **d,
+                   help="seconds between dashboard polls (default 2)")
+    p.add_argument("--timeout", type=_positive, metavar="S", **(d or {"default": 10.0}),
+                   help="per-request timeout (default 10)")
+    p.add_argument("--stall-after", type=_positive, metavar="S", **d,
+                   help="call a task stalled after this many seconds (default 300)")
+    p.add_argument("--no-local", action="store_true", **d, help="do not read this machine's processes and GPUs")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="verltop",
+        description="Live view of a verl training job on Ray: roles, ranks, GPUs, stalls, cross-rank stacks.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"verltop {__version__}")
+    _shared(p, sub=False)
+    p.add_argument("--record", metavar="FILE", help=argparse.SUPPRESS)
+    sub = p.add_subparsers(dest="cmd", metavar="{tui,snapshot,dump,demo}")
+
+    t = sub.add_parser("tui", help="the interactive view (default)")
+    _shared(t)
+
+    s = sub.add_parser("snapshot", help="print one snapshot of the cluster")
+    _shared(s)
+    s.add_argument("--json", action="store_true", help="JSON (the documented contract)")
+
+    d = sub.add_parser("dump", help="dump every rank's stack, merged, with suspects")
+    _shared(d)
+    d.add_argument("--group", metavar="PREFIX", help="only this worker group (its WG_PREFIX)")
+    d.add_argument("--native", action="store_true", help="include native frames (slower; pauses each rank)")
+    d.add_argument("--nonblocking", action="store_true",
+                   help="do not pause the ranks while reading them (stacks may be torn)")
+    d.add_argument("--samples", type=int, default=2, metavar="N",
+                   help="samples ~1 s apart to tell stuck from slow (default 2; 1 = fastest)")
+    d.add_argument("--via", choices=("auto", "local", "dashboard", "probe"), default="auto",
+                   help="how to reach ranks: auto (local py-spy here, dashboard or probe elsewhere)")
+    d.add_argument("--dump-timeout", type=_positive, default=None, metavar="S",
+                   help="per-process py-spy timeout (default 5, 30 with --native)")
+    d.add_argument("--json", action="store_true", help="JSON (the documented contract)")
+    d.add_argument("--output", "-o", metavar="FILE", help="also write the dump to FILE (mode 0600)")
+    d.add_argument("--force", action="store_true", help="overwrite --output if it exists")
+    d.add_argument("--no-logs", action="store_true", help="do not read NCCL watchdog lines from worker logs")
+
+    m = sub.add_parser("demo", help="run a small verl job on a local Ray cluster that hangs on purpose")
+    _shared(m)
+    m.add_argument("--hang-after", type=int, default=3, metavar="N",
+                   help="steps before one rank hangs (default 3; 0 = only on the H key)")
+    m.add_argument("--hang-rank", type=int, default=2, metavar="R", help="which actor rank hangs (default 2)")
+    m.add_argument("--no-tui", action="store_true", help="leave the job running for other tools; Ctrl-C ends it")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        cmd = args.cmd or "tui"
+        if cmd == "snapshot":
+            return asyncio.run(_snapshot(args))
+        if cmd == "dump":
+            return asyncio.run(_dump(args))
+        if cmd == "demo":
+            return _demo(args)
+        return _tui(args)
+    except UserError as e:
+        print(f"verltop: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _settings(args: argparse.Namespace) -> tuple[Any, Any]:
+    from verltop.analysis.stalls import StallSettings
+    from verltop.sources.poller import Intervals
+
+    interval = args.interval or _env_float("VERLTOP_INTERVAL", 2.0)
+    stall_after = args.stall_after or _env_float("VERLTOP_STALL_AFTER", 300.0)
+    iv = Intervals(actors_s=interval, tasks_s=interval, nodes_s=interval, node_detail_s=interval,
+                   timeout_s=args.timeout)
+    return iv, StallSettings(stall_after_s=stall_after)
+
+
+def _collector(args: argparse.Namespace) -> Any:
+    from verltop.sources.config import resolve
+    from verltop.sources.poller import Collector
+
+    iv, st = _settings(args)
+    return Collector(resolve(args.address), iv, st, use_local=not args.no_local)
+
+
+async def _first_poll(col: Any, seed: bool) -> None:
+    await col.poll_once(seed=seed)
+    if not col.has_data:
+        err = col.src.actors.error or "no answer from the dashboard"
+        await col.stop()
+        raise UserError(err)
+
+
+async def _snapshot(args: argparse.Namespace) -> int:
+    col = _collector(args)
+    await _first_poll(col, seed=True)
+    snap = col.snapshot()
+    await col.stop()
+    if args.json:
+        json.dump(snap.to_json(), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        from verltop.text import snapshot_text
+
+        print(snapshot_text(snap))
+    return 0
+
+
+async def _dump(args: argparse.Namespace) -> int:
+    from verltop.analysis.dump import analyse, dump_targets
+    from verltop.sources.stacks import DumpOptions, StackCapture
+
+    opts = DumpOptions(native=args.native, nonblocking=args.nonblocking, samples=max(1, args.samples),
+                       timeout_s=args.dump_timeout, via=args.via)
+    bad = opts.check()
+    if bad:
+        raise UserError(bad)
+    if args.output and os.path.exists(args.output) and not args.force:
+        raise UserError(f"{args.output} exists; use --force to overwrite it")
+    col = _collector(args)
+    await _first_poll(col, seed=False)
+    snap = col.snapshot()
+    targets = dump_targets(snap.actors, args.group)
+    if not targets:
+        await col.stop()
+        what = f"worker group {args.group!r}" if args.group else "verl workers or controller"
+        raise UserError(f"no {what} found on {snap.address} ({len(snap.actors)} actors)")
+    cap = StackCapture(col.client, col.local_node_ids(), opts)
+    try:
+        samples = await cap.capture(targets)
+        collectives = {}
+        if not args.no_logs:
+            from verltop.sources.watchdog import read_collectives
+
+            collectives = await read_collectives(col.client, targets, samples)
+    finally:
+        await col.stop()
+    report = analyse(targets, samples, time.time(), collectives, native=opts.native, notes=tuple(cap.notes))
+    from verltop.text import dump_text, full_stacks_text
+
+    if args.output:
+        from verltop.save import write_private
+
+        body = json.dumps(report.to_json(), indent=1) if args.json else dump_text(report) + "\n\n" + \
+            full_stacks_text(report)
+        try:
+            write_private(args.output, body, overwrite=args.force)
+        except OSError as e:
+            raise UserError(f"cannot write {args.output}: {e.strerror or e}") from None
+    if args.json:
+        json.dump(report.to_json(), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        print(dump_text(report))
+    dumped = sum(1 for r in report.ranks if r.error is None)
+    if dumped == 0:
+        first = next((r.error for r in report.ranks if r.error), "no rank could be dumped")
+        print(f"verltop: error: no rank could be dumped: {first}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _tui(args: argparse.Namespace, demo: Any = None) -> int:
+    from verltop.sources.config import resolve
+    from verltop.ui.app import VerltopApp
+
+    iv, st = _settings(args)
+    endpoint = resolve(args.address)
+    app = VerltopApp(endpoint, iv, st, use_local=not args.no_local, demo=demo)
+    app.run()
+    return app.return_code or 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    try:
+        from verltop.demo.cluster import start_demo
+    except ImportError as e:
+        raise UserError(f"the demo needs ray, torch and verl: pip install 'verltop[demo]' ({e.name} missing)") from None
+    print("verltop demo: starting a local Ray cluster and a small verl PPO job (CPU, gloo)…", file=sys.stderr)
+    hang_after = args.hang_after if args.hang_after > 0 else None
+    handle = start_demo(hang_after=hang_after, hang_rank=args.hang_rank)
+    try:
+        if handle.token:
+            os.environ["RAY_AUTH_TOKEN"] = handle.token
+        if args.no_tui:
+            print(f"dashboard: {handle.address}\nrun `verltop --address {handle.address}` in another shell "
+                  "(same user, so it finds the token); Ctrl-C ends the demo", file=sys.stderr)
+            while True:
+                time.sleep(3600)
+        args.address = handle.address
+        return _tui(args, demo=handle)
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        print("verltop demo: stopping the cluster…", file=sys.stderr)
+        handle.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+"""Read the tail of each waiting rank's error log through the dashboard and parse NCCL watchdog lines."""
+
+from __future__ import annotations
+
+import asyncio
+
+from verltop.analysis.watchdog import parse_watchdog
+from verltop.model import ActorRow, CollectiveInfo, ProcessDump
+from verltop.sources.dashboard import fetch_log_tail
+from verltop.sources.http import DashboardClient
+
+MAX_LOGS = 256  # log tails per dump; beyond that the stacks alone have to do
+TAIL_LINES = 400
+
+
+async def read_collectives(
+    client: DashboardClient, targets: list[ActorRow], samples: dict[str, list[ProcessDump]] | None = None,
+    timeout_s: float = 5.0,
+) -> dict[str, CollectiveInfo]:
+    """actor_id → watchdog facts, for live worker ranks (the controller has no NCCL group)."""
+    ranks = [a for a in targets if a.state == "ALIVE" and a.role != "controller" and a.worker_group][:MAX_LOGS]
+    sem = asyncio.Semaphore(16)
+
+    async def one(a: ActorRow) -> tuple[str, CollectiveInfo | None]:
+        async with sem:
+            r = await fetch_log_tail(client, a.actor_id, "err", TAIL_LINES, timeout_s)
+        return a.actor_id, parse_watchdog(r.value or "") if r.ok else None
+
+    out = {}
+    for aid, info in await asyncio.gather(*(one(a) for a in ranks)):
+        if info is not None:
+            out[aid] = info
+    return out
