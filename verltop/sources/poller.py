@@ -92,7 +92,8 @@ class Collector:
         if seed:
             jobs.append(self._seed_history())
         await asyncio.gather(*jobs)
-        await asyncio.gather(self._poll_node_details(), self._poll_local())
+        await self._poll_local()
+        await self._poll_node_details()
 
     async def _seed_history(self) -> None:
         r = await D.fetch_finished_tasks(self.client, timeout_s=self.iv.timeout_s)
@@ -208,9 +209,23 @@ class Collector:
         if not summary.ok:
             self.src.nodes.error = f"node stats: {summary.error}"
 
-    def local_node_ids(self) -> frozenset[str]:
+    def candidate_local_ids(self) -> frozenset[str]:
         nodes: list[Node] = self.src.nodes.value or []
         return frozenset(n.node_id for n in nodes if n.ip in self._local_addrs or n.hostname in self._local_addrs)
+
+    def local_node_ids(self) -> frozenset[str]:
+        """Nodes on this machine: address matches AND their actors' pids are Ray workers here (an IP or a
+        hostname like "vm" can match another machine, and containers have their own pid namespace)."""
+        cand = self.candidate_local_ids()
+        ls = self.src.local.value
+        if not cand or ls is None:
+            return cand
+        out = set()
+        for nid in cand:
+            pids = {a.pid for a in self._actors_on({nid}) if a.pid}
+            if not pids or pids & set(ls.procs):
+                out.add(nid)
+        return frozenset(out)
 
     def _actors_on(self, node_ids: frozenset[str] | set[str]) -> list[RawActor]:
         return [a for a in (self.src.actors.value or []) if a.node_id in node_ids and a.state == "ALIVE"]
@@ -235,8 +250,7 @@ class Collector:
     async def _poll_local(self) -> None:
         if self.sampler is None:
             return
-        local = self.local_node_ids()
-        pids = {a.pid for a in self._actors_on(local) if a.pid}
+        pids = {a.pid for a in self._actors_on(self.candidate_local_ids()) if a.pid}
         try:
             s = await asyncio.to_thread(self.sampler.sample, pids)
         except Exception as e:  # noqa: BLE001 - a local sampling bug must not stop the UI

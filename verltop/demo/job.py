@@ -1,0 +1,155 @@
+"""The demo's single controller: a ``TaskRunner`` actor that builds verl worker groups and runs a PPO loop.
+
+It mirrors ``verl/trainer/main_ppo.py`` (``TaskRunner.run``) and ``RayPPOTrainer.init_workers`` / ``fit``:
+
+- ``global_pool`` (4 bundles): ``actor_rollout`` + ``critic`` fused in one WorkerDict group of 4 ranks;
+- ``ref_pool`` (2 bundles): ``ref`` in its own WorkerDict group of 2 ranks;
+- ``reward_pool`` (2 bundles): ``rm`` in its own WorkerDict group of 2 ranks.
+
+Each group comes from ``create_colocated_worker_cls`` + ``RayWorkerGroup(...).spawn(prefix_set=...)``, so
+actor names are ``{6 random chars}WorkerDict_0:{local_rank}`` and tasks ``WorkerDict.{role}_{method}``.
+
+Hang requests arrive as a flag file (``config["hang_file"]``), so the requester never needs Ray. The
+controller looks for it before each step and again just before ``update_actor``, and deletes it when it
+acts on it (one request = one hang).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import ray
+
+# One CPU like verl's TaskRunner; the worker pools reserve 8 more CPUs in placement groups.
+TASK_RUNNER_CPUS = 1
+PROGRESS_FILE = "progress.json"
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)  # readers never see a half-written file
+
+
+@ray.remote(num_cpus=TASK_RUNNER_CPUS)
+class TaskRunner:
+    """Controller actor; ``run`` is one long task, as in verl (``TaskRunner.run`` in the State API)."""
+
+    def run(self, config: dict[str, Any]) -> int:
+        """Build the worker groups and train until ``config["max_steps"]`` (None = forever).
+
+        config keys: state_dir, hang_file, hang_after (int | None), hang_rank, seed, scale, max_steps.
+        Returns the number of completed steps.
+        """
+        from verl.single_controller.ray import (
+            RayClassWithInitArgs,
+            RayResourcePool,
+            RayWorkerGroup,
+            create_colocated_worker_cls,
+        )
+
+        from verltop.demo.workers import ActorRolloutWorker, CriticWorker, RefPolicyWorker, RewardModelWorker
+
+        self.state_dir = Path(config["state_dir"])
+        self.hang_file = Path(config["hang_file"])
+        hang_after: int | None = config.get("hang_after")
+        hang_rank: int = config.get("hang_rank", 2)
+        max_steps: int | None = config.get("max_steps")
+        role_kwargs = {"state_dir": str(self.state_dir), "seed": config.get("seed", 0),
+                       "scale": config.get("scale", 1.0)}
+        self._progress(0, "init")
+        self._record_pid()
+
+        def build(pool: RayResourcePool, roles: dict[str, type]) -> dict[str, RayWorkerGroup]:
+            class_dict = {key: RayClassWithInitArgs(cls=ray.remote(cls), **role_kwargs) for key, cls in roles.items()}
+            worker_dict_cls = create_colocated_worker_cls(class_dict=class_dict)
+            wg_dict = RayWorkerGroup(resource_pool=pool, ray_cls_with_init=worker_dict_cls)
+            return wg_dict.spawn(prefix_set=class_dict.keys())
+
+        # max_colocate_count=1: bundles of 1 CPU, so the 3 pools + TaskRunner need 9 logical CPUs.
+        all_wg: dict[str, RayWorkerGroup] = {}
+        all_wg |= build(RayResourcePool([4], use_gpu=False, name_prefix="global_pool", max_colocate_count=1),
+                        {"actor_rollout": ActorRolloutWorker, "critic": CriticWorker})
+        all_wg |= build(RayResourcePool([2], use_gpu=False, name_prefix="ref_pool", max_colocate_count=1),
+                        {"ref": RefPolicyWorker})
+        all_wg |= build(RayResourcePool([2], use_gpu=False, name_prefix="reward_pool", max_colocate_count=1),
+                        {"rm": RewardModelWorker})
+        actor, critic, ref, rm = all_wg["actor_rollout"], all_wg["critic"], all_wg["ref"], all_wg["rm"]
+        if not 0 <= hang_rank < actor.world_size:
+            raise ValueError(f"hang_rank {hang_rank} is outside the actor_rollout group (size {actor.world_size})")
+
+        # verl's order: critic, ref, rm, then actor_rollout last.
+        critic.init_model()
+        ref.init_model()
+        rm.init_model()
+        actor.init_model()
+
+        step = 0
+        hang_pending = False
+        while max_steps is None or step < max_steps:
+            step += 1
+            self._progress(step, "gen")
+            hang_pending |= self._take_hang_request(step, hang_after)
+            actor.generate_sequences(step=step)
+            self._progress(step, "reward")
+            rm.compute_rm_score(step=step)
+            self._progress(step, "old_log_prob")
+            actor.compute_log_prob(step=step)
+            self._progress(step, "ref")
+            ref.compute_ref_log_prob(step=step)
+            self._progress(step, "values")
+            critic.compute_values(step=step)
+            self._progress(step, "adv")
+            self._compute_advantage(step)
+            self._progress(step, "update_critic")
+            critic.update_critic(step=step)
+            hang_pending |= self._take_hang_request(step, hang_after)
+            self._progress(step, "update_actor", hanging=hang_pending)
+            if hang_pending:
+                hang_after = None  # a hang fires once; a released job trains on
+            # While hanging, this ray.get (inside verl's func_generator) never returns.
+            actor.update_actor(step=step, hang_rank=hang_rank if hang_pending else -1)
+            hang_pending = False
+            self._progress(step, "update_weights")
+            actor.update_weights(step=step)
+            self._progress(step, "done")
+        return step
+
+    # -- helpers -----------------------------------------------------------------------------------------
+
+    def _take_hang_request(self, step: int, hang_after: int | None) -> bool:
+        """True if a hang is due in this step; consumes the flag file."""
+        if self.hang_file.exists():
+            self.hang_file.unlink(missing_ok=True)
+            return True
+        return hang_after is not None and step > hang_after
+
+    def _compute_advantage(self, step: int) -> None:
+        # GAE runs in the controller in verl; a little torch work and no worker task.
+        import torch
+
+        torch.set_num_threads(1)
+        rewards = torch.randn(64, 128)
+        values = torch.randn(64, 128)
+        adv = torch.zeros_like(rewards)
+        last = torch.zeros(64)
+        for t in reversed(range(rewards.shape[1])):
+            last = rewards[:, t] - values[:, t] + 0.99 * 0.95 * last
+            adv[:, t] = last
+        time.sleep(random.Random(f"adv:{step}").uniform(0.1, 0.3))
+
+    def _progress(self, step: int, phase: str, hanging: bool = False) -> None:
+        _write_json(self.state_dir / PROGRESS_FILE,
+                    {"step": step, "phase": phase, "hanging": hanging, "time": time.time()})
+
+    def _record_pid(self) -> None:
+        from verltop.demo.workers import PIDS_DIR
+
+        d = self.state_dir / PIDS_DIR
+        d.mkdir(parents=True, exist_ok=True)
+        (d / str(os.getpid())).write_text(json.dumps({"role": "task_runner", "rank": 0}))

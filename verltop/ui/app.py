@@ -1,0 +1,78 @@
+"""The Textual app: owns the Collector (the one poller), turns its data into Snapshots, routes keys."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from textual.app import App
+from textual.binding import Binding
+
+from verltop.analysis.stalls import StallSettings
+from verltop.model import Snapshot
+from verltop.sources.config import Endpoint
+from verltop.sources.poller import Collector, Intervals
+
+
+class VerltopApp(App):
+    CSS_PATH = "verltop.tcss"
+    TITLE = "verltop"
+    ENABLE_COMMAND_PALETTE = False
+    BINDINGS = [Binding("ctrl+c", "quit", "Quit", show=False, id="quit-ctrl-c")]
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        intervals: Intervals | None = None,
+        stall: StallSettings | None = None,
+        use_local: bool = True,
+        demo: Any = None,
+        collector: Collector | None = None,
+        clock: Any = None,
+        autostart: bool = True,
+    ) -> None:
+        super().__init__()
+        self.endpoint = endpoint
+        self.collector = collector or Collector(endpoint, intervals, stall, use_local=use_local)
+        self.demo = demo
+        self.snapshot: Snapshot | None = None
+        self.clock = clock or time.time
+        self.autostart = autostart
+        self._refresh_pending = False
+        self.snapshots_built = 0
+        self.last_build_ms = 0.0
+
+    def on_mount(self) -> None:
+        from verltop.ui.screens.main import MainScreen
+
+        self.push_screen(MainScreen())
+        if self.autostart:
+            self.collector.start(self._source_updated)
+        self.set_interval(1.0, self.rebuild)
+
+    def _source_updated(self) -> None:
+        # Coalesce bursts of source updates into one rebuild.
+        if not self._refresh_pending:
+            self._refresh_pending = True
+            self.set_timer(0.15, self.rebuild)
+
+    def rebuild(self) -> None:
+        self._refresh_pending = False
+        if not self.collector.has_data and self.snapshot is None:
+            self._publish(None)
+            return
+        t0 = time.perf_counter()
+        self.snapshot = self.collector.snapshot(self.clock())
+        self.last_build_ms = (time.perf_counter() - t0) * 1000
+        self.snapshots_built += 1
+        self._publish(self.snapshot)
+
+    def _publish(self, snap: Snapshot | None) -> None:
+        from verltop.ui.screens.main import MainScreen
+
+        for screen in self.screen_stack:
+            if isinstance(screen, MainScreen):
+                screen.show_snapshot(snap)
+
+    async def on_unmount(self) -> None:
+        await self.collector.stop()

@@ -1,0 +1,199 @@
+"""The main screen: header, filter line, the actor table, a message line and the footer."""
+
+from __future__ import annotations
+
+import re
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widgets import Footer, Input, Static
+
+from verltop.model import Snapshot
+from verltop.ui.widgets.actor_table import GROUPINGS, SORTS, ActorTable, layout_rows
+from verltop.ui.widgets.header_bar import HeaderBar
+
+
+class MainScreen(Screen):
+    BINDINGS = [
+        Binding("q", "app.quit", "Quit", id="quit"),
+        Binding("question_mark", "help", "Help", key_display="?", id="help"),
+        Binding("d", "dump_group", "Dump group", id="dump-group"),
+        Binding("D", "dump_all", "Dump all", key_display="D", id="dump-all"),
+        Binding("slash", "filter", "Filter", key_display="/", id="filter"),
+        Binding("s", "sort", "Sort", id="sort"),
+        Binding("g", "group", "Group", id="group"),
+        Binding("p", "pause", "Pause", id="pause"),
+        Binding("enter", "details", "Details", show=False, id="details"),
+        Binding("l", "details", "Log", show=False, id="log"),
+        Binding("j", "cursor_down", "Down", show=False, id="down"),
+        Binding("k", "cursor_up", "Up", show=False, id="up"),
+        Binding("escape", "clear_filter", "Clear filter", show=False, id="clear-filter"),
+        Binding("H", "inject_hang", "Hang (demo)", show=False, key_display="H", id="inject-hang"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.grouping = "group"
+        self.sort = "rank"
+        self.filter_rx: re.Pattern[str] | None = None
+        self.filter_invert = False
+        self.paused = False
+        self._last: Snapshot | None = None
+
+    def compose(self) -> ComposeResult:
+        yield HeaderBar(id="header")
+        yield Input(placeholder="filter (regex; !regex inverts) — Enter to apply, Esc to clear", id="filter")
+        yield ActorTable(id="actors")
+        yield Static("", id="message")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#filter", Input).display = False
+        self.query_one(HeaderBar).show(None, False)
+        self.query_one(ActorTable).focus()
+        if self.app.demo is not None:
+            self.message("demo: press H to make one rank hang now, d to dump its group")
+
+    @property
+    def table(self) -> ActorTable:
+        return self.query_one(ActorTable)
+
+    def message(self, text: str, style: str = "") -> None:
+        self.query_one("#message", Static).update(text)
+        self.query_one("#message", Static).set_class(style == "error", "-error")
+
+    def show_snapshot(self, snap: Snapshot | None) -> None:
+        self._last = snap
+        header = self.query_one(HeaderBar)
+        first_err = self.app.collector.first_error()
+        if self.paused:
+            header.show(snap, True, first_err)
+            return
+        header.show(snap, False, first_err)
+        if snap is None:
+            return
+        self.table.apply(layout_rows(snap, self.grouping, self.sort, self.filter_rx, self.filter_invert))
+        empty = not snap.actors
+        if empty and snap.errors == []:
+            self.message("no actors in this Ray cluster yet")
+
+    def _redraw(self) -> None:
+        if self._last is not None:
+            self.table.apply(layout_rows(self._last, self.grouping, self.sort, self.filter_rx, self.filter_invert))
+
+    # ---------------------------------------------------------- actions
+
+    def action_cursor_down(self) -> None:
+        self.table.action_cursor_down()
+
+    def action_cursor_up(self) -> None:
+        self.table.action_cursor_up()
+
+    def action_help(self) -> None:
+        from verltop.ui.screens.help import HelpScreen
+
+        self.app.push_screen(HelpScreen())
+
+    def action_sort(self) -> None:
+        self.sort = SORTS[(SORTS.index(self.sort) + 1) % len(SORTS)]
+        self.message(f"sort: {self.sort}")
+        self._redraw()
+
+    def action_group(self) -> None:
+        self.grouping = GROUPINGS[(GROUPINGS.index(self.grouping) + 1) % len(GROUPINGS)]
+        self.message(f"group by: {'worker group' if self.grouping == 'group' else self.grouping}")
+        self._redraw()
+
+    def action_pause(self) -> None:
+        self.paused = not self.paused
+        self.message("paused: the table is frozen (polling goes on); p resumes" if self.paused else "resumed")
+        self.show_snapshot(self._last)
+
+    def action_filter(self) -> None:
+        inp = self.query_one("#filter", Input)
+        inp.display = True
+        inp.focus()
+
+    @on(Input.Submitted, "#filter")
+    def _apply_filter(self, event: Input.Submitted) -> None:
+        text = event.value.strip()
+        invert = text.startswith("!")
+        pat = text[1:].strip() if invert else text
+        if not pat:
+            self.filter_rx = None
+        else:
+            try:
+                self.filter_rx = re.compile(pat, re.IGNORECASE)
+            except re.error as e:
+                self.message(f"bad filter {pat!r}: {e}", "error")
+                return
+        self.filter_invert = invert
+        event.input.display = pat != ""
+        self.table.focus()
+        self.message(f"filter: {'not ' if invert else ''}/{pat}/" if pat else "filter cleared")
+        self._redraw()
+
+    def action_clear_filter(self) -> None:
+        inp = self.query_one("#filter", Input)
+        if self.filter_rx is None and not inp.display:
+            return
+        inp.value = ""
+        inp.display = False
+        self.filter_rx = None
+        self.filter_invert = False
+        self.table.focus()
+        self.message("filter cleared")
+        self._redraw()
+
+    def action_details(self) -> None:
+        aid = self.table.selected_actor()
+        if aid is None or self._last is None:
+            return
+        row = next((a for a in self._last.actors if a.actor_id == aid), None)
+        if row is None:
+            return
+        from verltop.ui.screens.details import DetailsScreen
+
+        self.app.push_screen(DetailsScreen(row))
+
+    @on(ActorTable.ActorSelected)
+    def _selected(self, event: ActorTable.ActorSelected) -> None:
+        self.action_details()
+
+    def _dump(self, group: str | None, all_: bool) -> None:
+        if self._last is None:
+            self.message("no data yet: nothing to dump", "error")
+            return
+        from verltop.ui.screens.stacks import StackScreen
+
+        self.app.push_screen(StackScreen(self._last, group=None if all_ else group))
+
+    def action_dump_group(self) -> None:
+        aid = self.table.selected_actor()
+        row = next((a for a in (self._last.actors if self._last else ()) if a.actor_id == aid), None)
+        if row is None or not row.worker_group:
+            key = self.table.selected_key() or ""
+            grp = key.split(":", 2)[2] if key.startswith("grp:group:") else None
+            if grp and self._last and any(a.worker_group == grp for a in self._last.actors):
+                self._dump(grp, False)
+                return
+            self.message("select a worker rank (or its group row) to dump its group; D dumps everything")
+            return
+        self._dump(row.worker_group, False)
+
+    def action_dump_all(self) -> None:
+        self._dump(None, True)
+
+    def action_inject_hang(self) -> None:
+        demo = self.app.demo
+        if demo is None:
+            self.message("H only works in `verltop demo`")
+            return
+        try:
+            demo.request_hang()
+        except OSError as e:
+            self.message(f"could not request the hang: {e}", "error")
+            return
+        self.message("demo: hang requested — one rank will stop at the next update_actor; watch it stall")

@@ -1,0 +1,62 @@
+"""Enter on a rank in the stack screen: every thread of its last sample, and how its samples differ."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from verltop.analysis.collectives import is_native, is_wrapper
+from verltop.model import RankDump
+
+
+def rank_stack_text(rd: RankDump) -> Text:
+    a = rd.actor
+    t = Text()
+    t.append(f"{a.worker_group or a.role}:{a.rank if a.rank is not None else '-'}  ", style="bold")
+    t.append(f"{a.actor_name or a.actor_id}  pid {a.pid}  node {a.node_ip}  task {a.task or '-'}\n")
+    if rd.blocked_on:
+        t.append(f"waits in {rd.blocked_on.op}", style="bold cyan")
+        t.append(f" at {rd.blocked_on.frame}\n")
+        if rd.blocked_on.evidence:
+            t.append(f"native evidence: {', '.join(rd.blocked_on.evidence)}\n", style="grey70")
+    if rd.collective:
+        c = rd.collective
+        t.append(f"NCCL ({c.source}): op {c.op} seq {c.seq}  last enqueued {c.last_enqueued}  "
+                 f"last completed {c.last_completed}  numel {c.numel}\n", style="magenta")
+    if rd.stuck is not None:
+        t.append(("stack unchanged across samples: stuck\n" if rd.stuck else "stack moves between samples: slow\n"),
+                 style="red" if rd.stuck else "green")
+    if rd.error:
+        t.append(f"error: {rd.error}\n", style="yellow")
+    last = next((s for s in reversed(rd.samples) if s.threads), None)
+    for th in last.threads if last else ():
+        state = "active" if th.active else "idle"
+        main = rd.main is not None and th.thread_id == rd.main.thread_id
+        t.append(f"\nThread {th.thread_id} ({state}) {th.name or ''}{'  ← task thread' if main else ''}\n",
+                 style="bold" if main else "bold grey70")
+        for f in th.frames:
+            loc = f"{f.file}:{f.line}" if f.line else f.file
+            style = "grey50" if is_native(f) else "grey70" if is_wrapper(f) else ""
+            t.append(f"    {f.func}", style=style or "bold")
+            t.append(f"  ({loc})\n", style="grey50")
+    return t
+
+
+class RankStackScreen(Screen):
+    BINDINGS = [
+        Binding("escape", "app.pop_screen", "Back", id="back"),
+        Binding("q", "app.pop_screen", "Back", show=False, id="back-q"),
+    ]
+
+    def __init__(self, rd: RankDump) -> None:
+        super().__init__()
+        self.rd = rd
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="rank-stack-box"):
+            yield Static(rank_stack_text(self.rd), id="rank-stack")
+        yield Footer()

@@ -1,0 +1,231 @@
+"""The actor table: grouped rows updated in place by key; cursor and scroll survive every refresh."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual.message import Message
+from textual.widgets import DataTable
+
+from verltop.model import ActorRow, Snapshot
+from verltop.text import fmt_age
+from verltop.ui.render import bar, mem_bar
+
+COLUMNS = (
+    ("role", "ROLE", 14),
+    ("rank", "RANK", 6),
+    ("node", "NODE", 15),
+    ("pid", "PID", 7),
+    ("gpu", "GPU", 3),
+    ("gpu_util", "GPU UTIL", 15),
+    ("gpu_mem", "GPU MEM", 17),
+    ("cpu", "CPU%", 5),
+    ("host_mem", "HOST MEM", 17),
+    ("state", "STATE", 8),
+    ("task", "TASK", 30),
+    ("age", "AGE", 7),
+    ("why", "STALLED BECAUSE", 60),
+)
+COLUMN_KEYS = tuple(c[0] for c in COLUMNS)
+
+GROUPINGS = ("group", "role", "node")
+SORTS = ("rank", "gpu", "cpu", "mem", "age")
+
+_STATE_STYLE = {"ALIVE": "green", "DEAD": "grey50", "RESTARTING": "dark_orange", "PENDING_CREATION": "dark_orange",
+                "DEPENDENCIES_UNREADY": "dark_orange"}
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    key: str
+    cells: tuple
+    actor_id: str | None  # None for a group header row
+
+
+def _role_text(a: ActorRow) -> Text:
+    t = Text(a.role)
+    if len(a.roles) > 1:
+        t.append(f" +{len(a.roles) - 1}", style="grey50")
+    return t
+
+
+def actor_cells(a: ActorRow) -> tuple:
+    dim = a.state != "ALIVE"
+    stalled = a.stalled
+    rank = "-" if a.rank is None else (f"{a.rank}/{a.world_size}" if a.world_size else str(a.rank))
+    task = Text(a.task or "-", style="bold" if stalled else "")
+    why = Text(a.stall_reason or "", style="bold red" if stalled else "")
+    cpu = "-" if a.cpu_percent is None else f"{a.cpu_percent:.0f}"
+    role = _role_text(a)
+    if stalled:
+        role.stylize("bold red")
+    return (
+        role,
+        rank,
+        a.node_ip or "-",
+        str(a.pid) if a.pid else "-",
+        "-" if a.gpu_index is None else str(a.gpu_index),
+        bar(a.gpu_util_percent, 10, "gpu", dim=dim),
+        mem_bar(a.gpu_mem_bytes, a.gpu_mem_total_bytes, 10, dim=dim),
+        cpu,
+        mem_bar(a.rss_bytes, a.host_mem_total_bytes, 10, dim=dim),
+        Text(a.state, style=_STATE_STYLE.get(a.state, "")),
+        task,
+        Text(fmt_age(a.task_running_s), style="bold red" if stalled else ""),
+        why,
+    )
+
+
+def group_of(a: ActorRow, grouping: str) -> str:
+    if grouping == "role":
+        return a.role
+    if grouping == "node":
+        return a.node_ip or a.node_id or "?"
+    if a.role == "controller":
+        return "controller"
+    if a.worker_group:
+        return a.worker_group
+    return a.role
+
+
+def header_cells(name: str, members: list[ActorRow], grouping: str) -> tuple:
+    stalled = sum(1 for m in members if m.stalled)
+    dead = sum(1 for m in members if m.state in ("DEAD", "RESTARTING"))
+    label = Text("▼ ", style="grey50")
+    if grouping == "group" and name not in ("controller",) and members[0].worker_group:
+        roles = sorted({r for m in members for r in m.roles})
+        label.append(f"{name}", style="bold cyan")
+        label.append(f"  {'+'.join(roles)}", style="cyan")
+    else:
+        label.append(name, style="bold cyan")
+    info = Text(f"{len(members)} actor{'s' if len(members) != 1 else ''}", style="grey70")
+    if stalled:
+        info.append(f"  {stalled} stalled", style="bold red")
+    if dead:
+        info.append(f"  {dead} dead", style="grey50")
+    cells = [Text("")] * len(COLUMNS)
+    cells[0] = label
+    cells[-1] = info
+    return tuple(cells)
+
+
+def _sort_value(a: ActorRow, sort: str) -> tuple:
+    if sort == "gpu":
+        return (-(a.gpu_util_percent or -1),)
+    if sort == "cpu":
+        return (-(a.cpu_percent or -1),)
+    if sort == "mem":
+        return (-(a.rss_bytes or -1),)
+    if sort == "age":
+        return (-(a.task_running_s or -1),)
+    return ()
+
+
+def matches(a: ActorRow, rx: re.Pattern[str] | None, invert: bool) -> bool:
+    if rx is None:
+        return True
+    hay = " ".join(str(x) for x in (a.role, " ".join(a.roles), a.worker_group, a.actor_name, a.class_name,
+                                    a.node_ip, a.pid, a.rank, a.task, a.state, a.stall_reason) if x is not None)
+    hit = rx.search(hay) is not None
+    return hit != invert
+
+
+def layout_rows(snap: Snapshot, grouping: str, sort: str, rx: re.Pattern[str] | None = None,
+                invert: bool = False) -> list[Row]:
+    """The ordered rows to show: group headers followed by their actors."""
+    groups: dict[str, list[ActorRow]] = {}
+    for a in snap.actors:
+        if matches(a, rx, invert):
+            groups.setdefault(group_of(a, grouping), []).append(a)
+    rows: list[Row] = []
+    for name, members in groups.items():  # snapshot order: controller, groups, others
+        if sort != "rank":
+            members = sorted(members, key=lambda a: _sort_value(a, sort))
+        rows.append(Row(f"grp:{grouping}:{name}", header_cells(name, members, grouping), None))
+        rows.extend(Row(a.actor_id, actor_cells(a), a.actor_id) for a in members)
+    return rows
+
+
+class ActorTable(DataTable):
+    """Keyed rows; ``apply`` diffs against what is shown and touches only changed cells."""
+
+    class ActorSelected(Message):
+        def __init__(self, actor_id: str) -> None:
+            self.actor_id = actor_id
+            super().__init__()
+
+    def __init__(self, **kw) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=False, **kw)
+        self._shown: list[str] = []
+        self._cells: dict[str, tuple] = {}
+        self.rebuilds = 0
+
+    def on_mount(self) -> None:
+        for key, label, width in COLUMNS:
+            self.add_column(label, key=key, width=width)
+
+    def apply(self, rows: list[Row]) -> None:
+        keys = [r.key for r in rows]
+        if keys == self._shown:
+            for r in rows:
+                old = self._cells.get(r.key)
+                if old == r.cells:
+                    continue
+                for i, (ck, value) in enumerate(zip(COLUMN_KEYS, r.cells, strict=True)):
+                    if old is None or old[i] != value:
+                        self.update_cell(r.key, ck, value)
+                self._cells[r.key] = r.cells
+            return
+        self._rebuild(rows)
+
+    def _rebuild(self, rows: list[Row]) -> None:
+        """Membership or order changed: re-lay rows, keeping the cursor on the same row and the scroll."""
+        self.rebuilds += 1
+        cur = self.selected_key()
+        scroll = self.scroll_y
+        keys = {r.key for r in rows}
+        # remove vanished, then append the rest in order if the survivors are already in order
+        survivors = [k for k in self._shown if k in keys]
+        order_ok = survivors == [r.key for r in rows if r.key in set(self._shown)]
+        new_at_end = order_ok and [r.key for r in rows][: len(survivors)] == survivors
+        with self.app.batch_update():
+            if new_at_end:
+                for k in self._shown:
+                    if k not in keys:
+                        self.remove_row(k)
+                        self._cells.pop(k, None)
+                for r in rows[len(survivors):]:
+                    self.add_row(*r.cells, key=r.key)
+                    self._cells[r.key] = r.cells
+                for r in rows[: len(survivors)]:
+                    if self._cells.get(r.key) != r.cells:
+                        for ck, v in zip(COLUMN_KEYS, r.cells, strict=True):
+                            self.update_cell(r.key, ck, v)
+                        self._cells[r.key] = r.cells
+            else:
+                self.clear()
+                self._cells.clear()
+                for r in rows:
+                    self.add_row(*r.cells, key=r.key)
+                    self._cells[r.key] = r.cells
+            self._shown = [r.key for r in rows]
+            if cur is not None and cur in keys:
+                self.move_cursor(row=self.get_row_index(cur), animate=False, scroll=False)
+            self.scroll_to(y=scroll, animate=False)
+
+    def selected_key(self) -> str | None:
+        if not self._shown or self.cursor_row < 0 or self.cursor_row >= len(self._shown):
+            return None
+        return self._shown[self.cursor_row]
+
+    def selected_actor(self) -> str | None:
+        k = self.selected_key()
+        return None if k is None or k.startswith("grp:") else k
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        k = event.row_key.value if event.row_key is not None else None
+        if k and not k.startswith("grp:"):
+            self.post_message(self.ActorSelected(k))

@@ -1,0 +1,77 @@
+"""The header: cluster totals, the verl phase, the progress clock and the data's freshness."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from verltop.model import Snapshot
+from verltop.text import fmt_age, fmt_bytes
+from verltop.ui.render import bar
+
+STALE_AFTER_S = 6.0  # data older than three poll intervals is called stale
+
+
+def header_text(s: Snapshot | None, paused: bool, width: int = 160, first_error: str | None = None) -> Text:
+    t = Text()
+    if s is None:
+        t.append("verltop ", style="bold")
+        t.append("connecting to the dashboard…" if not first_error else first_error,
+                 style="grey70" if not first_error else "bold yellow")
+        return t
+    alive_nodes = [n for n in s.nodes if n.state == "ALIVE"]
+    gpus = [g for n in alive_nodes for g in n.gpus]
+    cpu_vals = [n.cpu_percent for n in alive_nodes if n.cpu_percent is not None]
+    mem_used = sum(n.mem_used_bytes or 0 for n in alive_nodes)
+    mem_total = sum(n.mem_total_bytes or 0 for n in alive_nodes)
+    t.append("verltop ", style="bold")
+    t.append(s.address, style="grey70")
+    t.append(f"   nodes {len(alive_nodes)}", style="bold")
+    if len(alive_nodes) != len(s.nodes):
+        t.append(f" ({len(s.nodes) - len(alive_nodes)} dead)", style="red")
+    t.append(f"   GPUs {len(gpus)}", style="bold")
+    if gpus:
+        utils = [g.util_percent for g in gpus if g.util_percent is not None]
+        if utils:
+            t.append("  ")
+            t.append_text(bar(sum(utils) / len(utils), 8, "gpu"))
+    t.append("   actors ", style="bold")
+    t.append(str(len(s.actors)))
+    stalled = sum(1 for a in s.actors if a.stalled)
+    if stalled:
+        t.append(f"  {stalled} stalled", style="bold red")
+    t.append("\n")
+    t.append("CPU ", style="bold")
+    t.append_text(bar(sum(cpu_vals) / len(cpu_vals) if cpu_vals else None, 8, "cpu"))
+    t.append("   MEM ", style="bold")
+    t.append_text(bar(mem_used / mem_total * 100 if mem_total else None, 8, "mem",
+                      label=f"{fmt_bytes(mem_used)}/{fmt_bytes(mem_total)}" if mem_total else None))
+    t.append("   phase ", style="bold")
+    t.append(s.phase or "-", style="bold magenta" if s.phase else "grey50")
+    t.append("   last progress ", style="bold")
+    if s.progress_s is None:
+        t.append("-", style="grey50")
+    else:
+        t.append(f"{fmt_age(s.progress_s)} ago", style="bold red" if s.progress_s > 60 else "green")
+    if paused:
+        t.append("   PAUSED", style="bold reverse yellow")
+    age = s.age_s
+    errs = s.errors
+    if errs or (age is not None and age > STALE_AFTER_S) or s.truncated:
+        t.append("\n")
+        if age is not None and age > STALE_AFTER_S:
+            t.append(f"data {fmt_age(age)} old (stale) ", style="bold yellow")
+        if errs:
+            t.append(" · ".join(errs)[: max(40, width - 30)], style="yellow")
+        if s.truncated:
+            t.append(" " + s.truncated, style="yellow")
+    return t
+
+
+class HeaderBar(Static):
+    """Three lines at most; re-rendered on every snapshot (cheap: one Text)."""
+
+    def show(self, s: Snapshot | None, paused: bool, first_error: str | None = None) -> None:
+        self.update(header_text(s, paused, self.size.width or 160, first_error))
+        stale = s is not None and (bool(s.errors) or (s.age_s or 0) > STALE_AFTER_S)
+        self.set_class(stale, "-stale")
