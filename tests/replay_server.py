@@ -57,6 +57,8 @@ class ReplayDashboard:
         hook = self.hooks.get(req.path)
         if hook is not None:
             r = hook(req)
+            if asyncio.iscoroutine(r):
+                r = await r
             if r is not None:
                 return r
         if self.token and req.path != "/api/authentication_mode":

@@ -48,6 +48,13 @@ def _motion(r: RankDump) -> str:
     return ""
 
 
+def _never_reached(r: RankDump, max_enq: int | None) -> str:
+    c = r.collective
+    if c is None or c.last_enqueued is None or max_enq is None or c.last_enqueued >= max_enq:
+        return ""
+    return f"; NCCL: it never reached collective #{max_enq} (its last enqueued work is #{c.last_enqueued})"
+
+
 def _ranks(rs: list[RankDump]) -> str:
     ints = [r.actor.rank for r in rs if r.actor.rank is not None]
     s = compact_ints(ints)
@@ -97,9 +104,12 @@ def find_suspects(ranks: list[RankDump]) -> list[Suspect]:
         if top_n * 2 >= len(live) or len(counts) == 1:
             outside = [r for r in live if not ops[id(r)]]
             known = [r for r in outside if not r.error]
+            max_enq = max((r.collective.last_enqueued for r in members
+                           if r.collective and r.collective.last_enqueued is not None), default=None)
             for r in known:
                 score = 90 if r.stuck is not False else 70
-                add(r, f"not in {top_op} with {_ranks(waiting)} of {g}: {_where(r)}{_motion(r)}", score)
+                add(r, f"not in {top_op} with {_ranks(waiting)} of {g}: {_where(r)}{_motion(r)}"
+                       f"{_never_reached(r, max_enq)}", score)
             if not known:
                 for r in outside:
                     add(r, f"not seen in {top_op} with {_ranks(waiting)} of {g}: {_where(r)}", 30)

@@ -91,15 +91,17 @@ def group_of(a: ActorRow, grouping: str) -> str:
 
 
 def header_cells(name: str, members: list[ActorRow], grouping: str) -> tuple:
+    """A group row: the name in the first column, what the group hosts under TASK, counts at the end."""
     stalled = sum(1 for m in members if m.stalled)
     dead = sum(1 for m in members if m.state in ("DEAD", "RESTARTING"))
     label = Text("▼ ", style="grey50")
-    if grouping == "group" and name not in ("controller",) and members[0].worker_group:
+    label.append(name, style="bold cyan")
+    what = Text("")
+    if grouping == "group" and members[0].worker_group:
         roles = sorted({r for m in members for r in m.roles})
-        label.append(f"{name}", style="bold cyan")
-        label.append(f"  {'+'.join(roles)}", style="cyan")
-    else:
-        label.append(name, style="bold cyan")
+        what = Text("+".join(roles), style="cyan")
+        cls = members[0].class_name.rsplit(".", 1)[-1]
+        what.append(f"  ({cls})", style="grey50")
     info = Text(f"{len(members)} actor{'s' if len(members) != 1 else ''}", style="grey70")
     if stalled:
         info.append(f"  {stalled} stalled", style="bold red")
@@ -107,6 +109,7 @@ def header_cells(name: str, members: list[ActorRow], grouping: str) -> tuple:
         info.append(f"  {dead} dead", style="grey50")
     cells = [Text("")] * len(COLUMNS)
     cells[0] = label
+    cells[COLUMN_KEYS.index("task")] = what
     cells[-1] = info
     return tuple(cells)
 

@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+from verltop.analysis.history import TaskHistory
+from verltop.analysis.stalls import StallSettings, TaskView, stalls_for
+
+
+def view(**kw) -> TaskView:
+    base = dict(actor_id="a0", group="g", method="m", task_id="t0", running_s=10.0, start_s=990.0, has_gpu=False,
+                gpu_util_percent=None, state="ALIVE", death_cause=None)
+    base.update(kw)
+    return TaskView(**base)
+
+
+def rules(v, h, now=1000.0, cfg=None):
+    return [s.rule for s in stalls_for(v, h, now, cfg or StallSettings())]
+
+
+def test_absolute_age():
+    h = TaskHistory()
+    assert rules(view(running_s=301, start_s=699), h) == ["age"]
+    assert rules(view(running_s=299), h) == []
+
+
+def test_k_times_median_needs_three_samples():
+    h = TaskHistory()
+    for i in range(2):
+        h.seed([("x", "g", "m", 100.0 * i, 100.0 * i + 5)])
+    assert rules(view(running_s=60, start_s=940), h) == []
+    h.seed([("x", "g", "m", 300.0, 305.0)])
+    st = stalls_for(view(running_s=60, start_s=940), h, 1000.0, StallSettings())
+    assert [s.rule for s in st] == ["median"] and "12× longer than usual" in st[0].reason
+
+
+def test_peers_finished_long_ago():
+    h = TaskHistory()
+    h.observe([("t0", "a0", "g", "m", 900.0), ("t1", "a1", "g", "m", 900.0), ("t2", "a2", "g", "m", 900.0)], 900.0)
+    h.observe([("t0", "a0", "g", "m", 900.0)], 950.0)  # a1 and a2 finished at 950
+    st = stalls_for(view(start_s=900.0, running_s=100.0), h, 1000.0, StallSettings())
+    assert [s.rule for s in st] == ["peers"] and "2 peers finished m 50 s ago" in st[0].reason
+    # within the window: no stall yet
+    assert rules(view(start_s=900.0, running_s=70.0), h, now=970.0) == []
+
+
+def test_dead_actor_with_cause():
+    st = stalls_for(view(state="DEAD", death_cause="OOM"), TaskHistory(), 1000.0, StallSettings())
+    assert st[0].rule == "dead" and "OOM" in st[0].reason
+
+
+def test_busy_gpu_is_named_a_wait_not_progress():
+    h = TaskHistory()
+    st = stalls_for(view(running_s=400, start_s=600, has_gpu=True, gpu_util_percent=100.0), h, 1000.0,
+                    StallSettings())
+    assert [s.rule for s in st] == ["age", "gpu_spin"]
+    # a busy GPU never clears a stall, nor makes one by itself
+    assert rules(view(running_s=5, has_gpu=True, gpu_util_percent=100.0), h) == []
+
+
+def test_gpu_idle_for_the_whole_task():
+    h = TaskHistory()
+    h.observe([("t0", "a0", "g", "m", 900.0)], 900.0)
+    for _ in range(3):
+        h.note_gpu("t0", 0.0)
+    assert "gpu_idle" in rules(view(start_s=900.0, running_s=100.0, has_gpu=True, gpu_util_percent=0.0), h)
+
+
+def test_history_is_bounded():
+    h = TaskHistory()
+    for i in range(2000):
+        h.seed([(f"a{i}", f"g{i % 900}", "m", float(i), float(i) + 1)])
+    assert len(h.durations) <= 512 and all(len(d) <= 64 for d in h.durations.values())

@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import load, load_json
+from verltop.sources import parse
+
+
+def test_real_actor_rows():
+    rows, lr = parse.actors(load_json("ray-gpu-cluster/hung/api_v0_actors.json"))
+    assert lr.total == 3 and not lr.truncated
+    wd = [a for a in rows if a.class_name.endswith("WorkerDict")]
+    assert sorted(a.name for a in wd) == ["abcdWorkerDict_0:0", "abcdWorkerDict_0:1"]
+    assert all(a.pid and a.node_id for a in rows)
+
+
+def test_real_running_tasks_have_start_times():
+    rows, _ = parse.tasks(load_json("ray-gpu-cluster/hung/api_v0_tasks.json"))
+    running = [t for t in rows if t.state == "RUNNING"]
+    assert {t.func_name for t in running} == {"TaskRunner.run", "WorkerDict.actor_rollout_update_actor"}
+    assert all(t.start_time_ms and t.worker_pid for t in running)
+
+
+def test_real_node_summary_and_detail():
+    nodes = parse.nodes_summary(load_json("ray-gpu-cluster/hung/nodes_view_summary.json"), now=1795960290.0)
+    (n,) = nodes
+    assert n.ip == "192.0.2.2" and len(n.gpus) == 2
+    g0 = n.gpus[0]
+    assert g0.util_percent == 100 and g0.processes[0][0] == 2120 and g0.processes[0][1] == 1536 * 1024 * 1024
+    assert n.stats_age_s == pytest.approx(5.74, abs=0.01)
+    d = parse.node_detail(load_json("ray-gpu-cluster/hung/nodes_NODE_ID.json"))
+    assert {p.pid for p in d.procs} >= {2120, 2121, 2125}
+
+
+def test_only_rank_keys_survive_from_runtime_env():
+    env = json.dumps({"env_vars": {"RANK": "3", "WORLD_SIZE": "8", "WG_PREFIX": "abc", "WANDB_API_KEY": "sk-secret",
+                                   "HF_TOKEN": "hf_secret"}, "pip": ["x"]})
+    a = parse.actor({"actor_id": "x", "class_name": "C", "state": "ALIVE", "serialized_runtime_env": env})
+    assert dict(a.env) == {"RANK": "3", "WORLD_SIZE": "8", "WG_PREFIX": "abc"}
+    assert "secret" not in repr(a)
+
+
+@pytest.mark.parametrize("body", ["<html>502</html>", '{"result": true', "[]", '{"result": false, "msg": "boom"}',
+                                  '{"result": true, "data": {}}', "null"])
+def test_bad_answers_are_parse_errors(body):
+    with pytest.raises(parse.ParseError):
+        parse.actors(parse.loads(body))
+
+
+def test_schema_drift_degrades_to_none():
+    doc = {"result": True, "data": {"result": {"result": [
+        {"actor_id": "a", "state": None, "pid": "12", "new_field": {"x": 1}},
+        {"no_id": 1},
+        "garbage",
+    ], "total": 3, "num_after_truncation": 3}}}
+    rows, _ = parse.actors(doc)
+    assert len(rows) == 1 and rows[0].pid == 12 and rows[0].state == "UNKNOWN" and rows[0].class_name == "?"
+
+
+def test_truncation_is_reported():
+    doc = {"result": True, "data": {"result": {"result": [], "total": 20000, "num_after_truncation": 10000}}}
+    _, lr = parse.actors(doc)
+    assert lr.truncated
+
+
+def test_401_and_403_bodies_are_not_json():
+    for f in ("ray-token-auth-1gpu/hung/api_v0_actors.NO_AUTH.http401.txt",
+              "ray-token-auth-1gpu/hung/api_v0_actors.WRONG_TOKEN.http403.txt"):
+        with pytest.raises(parse.ParseError):
+            parse.loads(load(f))

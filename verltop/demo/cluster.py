@@ -1,0 +1,243 @@
+"""Start and stop the demo: a local Ray cluster with the dashboard and a verl PPO-shaped job that hangs.
+
+Public API (the CLI and the tests code against it): :func:`start_demo` and :class:`DemoHandle`.
+
+Token authentication, as found on Ray 2.60.0 (``ray/_private/worker.py`` and
+``ray/_private/authentication/authentication_token_setup.py``, confirmed live):
+
+- A ``ray.init()`` that starts a *new* local cluster calls ``enable_token_auth_by_default()``: unless
+  ``RAY_AUTH_MODE`` is already set (``disabled`` opts out), it sets ``os.environ["RAY_AUTH_MODE"] = "token"``
+  in the calling process (and so in every Ray process it spawns) and logs a warning saying so.
+- ``ensure_token_if_auth_enabled(create_token_if_missing=True)`` then looks for a token in
+  ``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` and ``~/.ray/auth_token``; if there is none it generates a
+  64-hex-character token and writes it to ``~/.ray/auth_token`` (kept after shutdown and reused next time).
+- The dashboard then answers 401 to requests without ``Authorization: Bearer <token>`` (State API,
+  ``/nodes`` and the rest alike) and 200 with it.
+
+So ``DemoHandle.token`` is the token Ray loaded (``AuthenticationTokenLoader.get_raw_token()``), or None when
+auth is off. Another process of the same user finds the same token in ``~/.ray/auth_token``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Fail at import, with the missing package's name, so the CLI can say what to install. Cheap: this checks
+# that the packages exist and imports none of them; ray is only imported by start_demo() and stop().
+for _mod in ("ray", "torch", "verl"):
+    if importlib.util.find_spec(_mod) is None:
+        raise ImportError(f"verltop demo needs {_mod}", name=_mod)
+
+HANG_REQUEST_FILE = "hang_request"
+# Duplicated from workers.py / job.py to keep this module free of torch and verl imports.
+HUNG_FILE = "hung"
+RELEASE_FILE = "release"
+PIDS_DIR = "pids"
+PROGRESS_FILE = "progress.json"
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DemoHandle:
+    """A running demo. ``request_hang``/``hung``/``progress`` only touch files, so they need no Ray."""
+
+    address: str  # dashboard URL, e.g. "http://127.0.0.1:8265"
+    token: str | None = field(repr=False)  # Ray auth token when token auth is on; never printed
+    hang_file: str  # write it (request_hang) and the controller hangs one rank; it deletes the file then
+    state_dir: str = ""  # hang_file, the hung marker, progress.json and worker pid files live here
+    _runner: Any = field(default=None, repr=False)
+    _run_ref: Any = field(default=None, repr=False)
+    _stopped: bool = field(default=False, repr=False)
+
+    def request_hang(self) -> None:
+        """Ask the controller to hang the configured rank in the next ``update_actor`` (no Ray needed)."""
+        Path(self.hang_file).write_text(str(time.time()))
+
+    def hung(self) -> bool:
+        """True while the hang is in place: the stuck rank writes the marker when it stops taking part."""
+        return Path(self.state_dir, HUNG_FILE).exists()
+
+    def release_hang(self) -> None:
+        """Let the stuck rank rejoin its collective so that the job trains on (used by the tests)."""
+        Path(self.state_dir, RELEASE_FILE).write_text(str(time.time()))
+
+    def progress(self) -> dict[str, Any]:
+        """The controller's last ``{"step", "phase", "hanging", "time"}``; empty before it starts."""
+        try:
+            return json.loads(Path(self.state_dir, PROGRESS_FILE).read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def worker_pids(self) -> dict[int, dict[str, Any]]:
+        """pid -> {"role", "rank"} for the TaskRunner and every WorkerDict process (colocated roles
+        share a pid; the last role to start is named)."""
+        out: dict[int, dict[str, Any]] = {}
+        d = Path(self.state_dir, PIDS_DIR)
+        for f in sorted(d.glob("*")) if d.is_dir() else []:
+            with contextlib.suppress(OSError, ValueError):
+                out[int(f.name)] = json.loads(f.read_text())
+        return out
+
+    def stop(self) -> None:
+        """Kill the job and shut the local cluster down. Idempotent; safe after a failed start."""
+        if self._stopped:
+            return
+        self._stopped = True
+        pids = self.worker_pids()
+        try:
+            import ray
+
+            if ray.is_initialized():
+                ray.shutdown()  # we started the cluster in this process, so this stops gcs, raylet and workers
+        finally:
+            _kill_leftovers(pids)
+            if self.state_dir:
+                shutil.rmtree(self.state_dir, ignore_errors=True)
+
+
+def start_demo(
+    hang_after: int | None = 3,
+    hang_rank: int = 2,
+    num_cpus: int = 16,
+    dashboard_port: int | None = None,
+    wait_ready_s: float = 120,
+    *,
+    seed: int = 0,
+    scale: float = 1.0,
+) -> DemoHandle:
+    """Start a local Ray cluster with the dashboard and launch the demo job; return once step 1 runs.
+
+    ``hang_after``: steps that complete before rank ``hang_rank`` of the actor_rollout/critic group hangs
+    in ``update_actor`` of the next step (None: only on ``request_hang``). ``num_cpus``: logical CPUs for
+    Ray (the job reserves 9). ``dashboard_port``: None picks a free port. ``scale`` multiplies every phase
+    duration. The driver does not block: the job runs as ``TaskRunner.run`` and this returns when all
+    worker actors exist and step 1 has started, or raises ``TimeoutError`` after ``wait_ready_s`` (the
+    cluster is stopped then). Must not be called while this process is connected to another Ray cluster.
+    """
+    import ray
+
+    if ray.is_initialized():
+        raise RuntimeError("start_demo: this process is already connected to a Ray cluster")
+    if not 0 <= hang_rank < 4:
+        raise ValueError("hang_rank must be a rank of the 4-rank actor_rollout group (0..3)")
+    port = dashboard_port or _free_port()
+    state_dir = tempfile.mkdtemp(prefix="verltop-demo-")
+    handle = DemoHandle(address=f"http://127.0.0.1:{port}", token=None,
+                        hang_file=str(Path(state_dir, HANG_REQUEST_FILE)), state_dir=state_dir)
+    try:
+        ray.init(
+            include_dashboard=True,
+            dashboard_host="127.0.0.1",
+            dashboard_port=port,
+            num_cpus=num_cpus,
+            num_gpus=0,
+            # The TUI shares this process' terminal: worker prints go to Ray's log files, not stdout.
+            log_to_driver=False,
+            logging_level=logging.WARNING,
+        )
+        handle.token = _current_token()
+        from verltop.demo.job import TaskRunner
+
+        handle._runner = TaskRunner.remote()
+        handle._run_ref = handle._runner.run.remote({
+            "state_dir": state_dir, "hang_file": handle.hang_file, "hang_after": hang_after,
+            "hang_rank": hang_rank, "seed": seed, "scale": scale, "max_steps": None,
+        })
+        _wait_ready(handle, wait_ready_s)
+    except BaseException:  # Ctrl-C and timeouts too: never leave a half-started cluster behind
+        handle.stop()
+        raise
+    return handle
+
+
+def _wait_ready(handle: DemoHandle, timeout_s: float) -> None:
+    import ray
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if handle.progress().get("step", 0) >= 1 and _dashboard_answers(handle):
+            return
+        done, _ = ray.wait([handle._run_ref], timeout=0)
+        if done:
+            ray.get(done[0])  # raises the controller's error
+            raise RuntimeError("demo controller returned before step 1")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"demo job not at step 1 after {timeout_s:.0f}s (progress: {handle.progress()})")
+        time.sleep(0.5)
+
+
+def _dashboard_answers(handle: DemoHandle) -> bool:
+    req = urllib.request.Request(f"{handle.address}/api/version")
+    if handle.token:
+        req.add_header("Authorization", f"Bearer {handle.token}")
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def _current_token() -> str | None:
+    """The token Ray authenticates with in this process, or None when token auth is off."""
+    if os.environ.get("RAY_AUTH_MODE", "").lower() != "token":
+        return None
+    try:
+        from ray._raylet import AuthenticationTokenLoader
+
+        tok = AuthenticationTokenLoader.instance().get_raw_token()
+        if tok:
+            return str(tok).strip()
+    except (ImportError, AttributeError, RuntimeError):
+        pass
+    # Same search order as Ray's loader.
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return os.environ["RAY_AUTH_TOKEN"].strip()
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH") or str(Path.home() / ".ray" / "auth_token")
+    try:
+        return Path(path).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _kill_leftovers(pids: dict[int, dict[str, Any]]) -> None:
+    """SIGKILL demo workers that outlived ray.shutdown() (e.g. blocked in a gloo collective)."""
+    import psutil
+
+    deadline = time.monotonic() + 5
+    while True:
+        alive = []
+        for pid in pids:
+            with contextlib.suppress(psutil.Error):
+                p = psutil.Process(pid)
+                # Only processes Ray titled ray::...; guards against a reused pid.
+                if p.status() != psutil.STATUS_ZOMBIE and p.cmdline()[:1] and p.cmdline()[0].startswith("ray::"):
+                    alive.append(pid)
+        if not alive:
+            return
+        if time.monotonic() > deadline:
+            for pid in alive:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            log.warning("verltop demo: killed %d worker(s) left after ray.shutdown()", len(alive))
+            return
+        time.sleep(0.2)
