@@ -69,7 +69,7 @@ def test_slow_dashboard_times_out(replay):
     import time
 
     async def slow(req):
-        await asyncio.sleep(30)
+        await asyncio.sleep(4)
 
     replay.hooks["/api/v0/actors"] = slow
     t0 = time.monotonic()

@@ -63,19 +63,24 @@ class ProbePool:
         self._init_error: str | None = None
         self._inited = False
 
-    def _init(self) -> None:
+    def _init(self, node_id: str) -> None:
         import ray
 
         if not ray.is_initialized():
             ray.init(address=self.address, namespace=NAMESPACE, logging_level="ERROR", log_to_driver=False,
                      configure_logging=False)
+        # address="auto" finds the cluster this machine runs; make sure it is the dashboard's cluster
+        if node_id not in {n["NodeID"] for n in ray.nodes()}:
+            raise RuntimeError("the Ray cluster on this machine is not the dashboard's cluster")
 
     async def _actor(self, node_id: str) -> Any:
         async with self._lock:
             if not self._inited:
                 self._inited = True
                 try:
-                    await asyncio.to_thread(self._init)
+                    await asyncio.wait_for(asyncio.to_thread(self._init, node_id), self.schedule_timeout_s)
+                except asyncio.TimeoutError:
+                    self._init_error = "cannot start a probe: connecting to the Ray cluster timed out"
                 except Exception as e:  # noqa: BLE001 - ray raises many kinds; all mean "no probe"
                     self._init_error = ("cannot start a probe: ray.init failed "
                                         f"({' '.join(str(e).split())[:160]}); run verltop on the head node")

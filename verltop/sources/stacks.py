@@ -179,13 +179,15 @@ class StackCapture:
                 return ProcessDump(a.pid, threads=threads, error=perr, native=self.opts.native, taken_at=r.taken_at,
                                    duration_s=r.elapsed_s)
             err = r.error or ""
-            if err.startswith("403") and "profiling" in err:
+            profiling_off = err.startswith("403") and "profiling" in err
+            if profiling_off:
                 self.dashboard_profiling = False
-                self._note("dashboard profiling is off (RAY_DASHBOARD_ENABLE_PROFILING); using a probe actor per node")
-            elif self.opts.via == "dashboard":
+            if self.opts.via == "dashboard" or not profiling_off:
                 return ProcessDump(a.pid, error=_explain_remote(err), taken_at=r.taken_at)
-            elif not err.startswith("403"):
-                return ProcessDump(a.pid, error=_explain_remote(err), taken_at=r.taken_at)
+            self._note("dashboard profiling is off (RAY_DASHBOARD_ENABLE_PROFILING); using a probe actor per node")
+        elif self.opts.via == "dashboard":
+            return ProcessDump(a.pid, error="dashboard profiling is off on this cluster (403): start Ray with "
+                               "RAY_DASHBOARD_ENABLE_PROFILING=1, or use --via probe", taken_at=time.time())
         return await self._probe_dump(a)
 
     async def _probe_dump(self, a: ActorRow) -> ProcessDump:

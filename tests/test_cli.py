@@ -1,0 +1,100 @@
+"""The CLI as a user runs it: real processes against a real (replayed) dashboard."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+
+from tests.replay_server import ReplayDashboard, free_port
+
+ACTOR_KEYS = {"actor_id", "actor_name", "class_name", "pid", "node_ip", "state", "worker_group", "rank",
+              "world_size", "role", "roles", "task", "task_running_s", "gpu_index", "gpu_util_percent",
+              "gpu_mem_bytes", "cpu_percent", "rss_bytes", "stalled", "stall_reason"}
+
+
+def run(*args, env=None, timeout=60):
+    e = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    e["HOME"] = "/nonexistent-verltop-home"
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-m", "verltop", *args], capture_output=True, text=True, env=e,
+                          timeout=timeout)
+
+
+def test_snapshot_json_contract(replay):
+    p = run("--address", replay.url, "snapshot", "--json", "--no-local")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert set(doc) == {"taken_at", "source", "nodes", "actors", "phase"}
+    assert set(doc["source"]) == {"address", "age_s", "errors"}
+    assert doc["phase"] == "update_actor"
+    for a in doc["actors"]:
+        assert set(a) == ACTOR_KEYS
+    wd = sorted((a for a in doc["actors"] if a["worker_group"]), key=lambda a: a["rank"])
+    assert [(a["worker_group"], a["rank"], a["role"]) for a in wd] == [("abcd", 0, "actor_rollout"),
+                                                                        ("abcd", 1, "actor_rollout")]
+    assert [a["gpu_index"] for a in wd] == [0, 1]
+    ctl = [a for a in doc["actors"] if a["role"] == "controller"]
+    assert len(ctl) == 1 and ctl[0]["stalled"] is False
+    assert {g["index"] for g in doc["nodes"][0]["gpus"]} == {0, 1}
+
+
+def test_snapshot_stall_after_applies(replay):
+    doc = json.loads(run("--address", replay.url, "snapshot", "--json", "--no-local", "--stall-after", "99999").stdout)
+    assert not any(a["stalled"] for a in doc["actors"])
+    doc = json.loads(run("--address", replay.url, "snapshot", "--json", "--no-local", "--stall-after", "60").stdout)
+    assert all(a["stalled"] for a in doc["actors"] if a["worker_group"])
+
+
+def test_address_from_env_and_text_output(replay):
+    p = run("snapshot", "--no-local", env={"RAY_DASHBOARD_ADDRESS": replay.url})
+    assert p.returncode == 0 and "actor_rollout" in p.stdout and "GROUP" in p.stdout
+
+
+def test_dashboard_down_is_one_line():
+    p = run("--address", f"http://127.0.0.1:{free_port()}", "snapshot")
+    assert p.returncode == 2
+    assert p.stderr.count("\n") == 1 and "not reachable" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_wrong_token_is_one_line_and_never_printed():
+    with ReplayDashboard(token="right-token") as d:
+        p = run("--address", d.url, "snapshot", env={"RAY_AUTH_TOKEN": "wrong-token-123"})
+        assert p.returncode == 2 and "403" in p.stderr and "RAY_AUTH_TOKEN" in p.stderr
+        assert "wrong-token-123" not in p.stderr + p.stdout
+        p = run("--address", d.url, "snapshot", "--no-local", env={"RAY_AUTH_TOKEN": "right-token"})
+        assert p.returncode == 0
+
+
+def test_token_file(tmp_path):
+    tok = tmp_path / "tok"
+    tok.write_text("file-token\n")
+    with ReplayDashboard(token="file-token") as d:
+        p = run("--address", d.url, "snapshot", "--no-local", env={"RAY_AUTH_TOKEN_PATH": str(tok)})
+        assert p.returncode == 0, p.stderr
+
+
+def test_dump_bad_flags():
+    p = run("dump", "--native", "--nonblocking")
+    assert p.returncode == 2 and "--native" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_dump_output_never_overwrites(tmp_path, replay):
+    out = tmp_path / "d.json"
+    out.write_text("keep")
+    p = run("--address", replay.url, "dump", "--output", str(out))
+    assert p.returncode == 2 and "exists" in p.stderr and out.read_text() == "keep"
+
+
+def test_dump_remote_ranks_with_profiling_off_report_errors(replay, tmp_path):
+    # the replayed cluster's pids are not on this machine and its dashboard forbids profiling: every rank
+    # is listed with its error, the command exits non-zero with one line
+    out = tmp_path / "dump.json"
+    p = run("--address", replay.url, "dump", "--json", "--via", "dashboard", "--samples", "1", "-o", str(out))
+    assert p.returncode == 1 and "no rank could be dumped" in p.stderr
+    doc = json.loads(p.stdout)
+    assert len(doc["ranks"]) == 3 and all(r["error"] for r in doc["ranks"])
+    assert "RAY_DASHBOARD_ENABLE_PROFILING" in doc["ranks"][0]["error"]
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
