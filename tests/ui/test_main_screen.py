@@ -1,0 +1,121 @@
+"""The TUI driven by Pilot against a real (replayed) dashboard: keys answer, rows stay put."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from aiohttp import web
+
+from verltop.analysis.stalls import StallSettings
+from verltop.sources.config import Endpoint
+from verltop.sources.poller import Intervals
+from verltop.ui.app import VerltopApp
+from verltop.ui.widgets.actor_table import ActorTable
+
+
+def make_app(url: str, **kw) -> VerltopApp:
+    iv = Intervals(actors_s=0.3, tasks_s=0.3, nodes_s=0.3, node_detail_s=0.3, timeout_s=2.0)
+    return VerltopApp(Endpoint(url, "--address", None, None), iv, StallSettings(), use_local=False, **kw)
+
+
+async def wait_rows(pilot, app, n: int, timeout: float = 10.0) -> ActorTable:
+    t = app.screen.query_one(ActorTable)
+    for _ in range(int(timeout / 0.1)):
+        if t.row_count >= n:
+            return t
+        await pilot.pause(0.1)
+    raise AssertionError(f"table has {t.row_count} rows, wanted {n}")
+
+
+async def test_rows_grouped_and_keys(replay):
+    app = make_app(replay.url)
+    async with app.run_test(size=(180, 40)) as pilot:
+        t = await wait_rows(pilot, app, 5)
+        keys = [k.value for k in t.rows]
+        assert keys[0] == "grp:group:controller" and keys[2] == "grp:group:abcd"
+        # move to rank 1, survive refreshes
+        await pilot.press("j", "j", "j", "j")
+        assert t.selected_key() == keys[4]
+        built = app.snapshots_built
+        for _ in range(30):
+            await pilot.pause(0.1)
+            if app.snapshots_built >= built + 2:
+                break
+        assert app.snapshots_built >= built + 2
+        assert t.selected_key() == keys[4] and t.rebuilds == 1
+        # group by role, then by node, then back
+        await pilot.press("g")
+        assert "grp:role:actor_rollout" in [k.value for k in t.rows]
+        await pilot.press("g")
+        assert [k.value for k in t.rows][0] == "grp:node:192.0.2.2"
+        await pilot.press("g")
+        assert [k.value for k in t.rows] == keys
+        # filter to rank rows of the actor group, then clear
+        await pilot.press("slash")
+        for ch in "update":
+            await pilot.press(ch)
+        await pilot.press("enter")
+        assert [k.value for k in t.rows][0] == "grp:group:abcd" and t.row_count == 3
+        await pilot.press("escape")
+        assert t.row_count == 5
+        # help opens and closes
+        await pilot.press("question_mark")
+        assert type(app.screen).__name__ == "HelpScreen"
+        await pilot.press("escape")
+        assert type(app.screen).__name__ == "MainScreen"
+
+
+async def test_details_shows_log_tail(replay):
+    app = make_app(replay.url)
+    async with app.run_test(size=(160, 40)) as pilot:
+        t = await wait_rows(pilot, app, 5)
+        await pilot.press("j", "j", "j")  # rank 0 of abcd
+        await pilot.press("enter")
+        assert type(app.screen).__name__ == "DetailsScreen"
+        log = app.screen.query_one("#log")
+        for _ in range(50):
+            await pilot.pause(0.1)
+            if "loading" not in str(log.render()):
+                break
+        assert "Watchdog caught collective operation timeout" in str(log.render())
+        await pilot.press("escape")
+        assert type(app.screen).__name__ == "MainScreen"
+
+
+async def test_dashboard_goes_away_ui_keeps_last_data(replay):
+    app = make_app(replay.url)
+    async with app.run_test(size=(160, 40)) as pilot:
+        t = await wait_rows(pilot, app, 5)
+        replay.hooks["/api/v0/actors"] = lambda req: web.Response(status=500, text="GCS unavailable")
+        header = app.screen.query_one("#header")
+        for _ in range(60):
+            await pilot.pause(0.1)
+            if "GCS unavailable" in str(header.render()):
+                break
+        assert "GCS unavailable" in str(header.render())
+        assert t.row_count == 5  # last good data stays
+        # keys still answer at once
+        await pilot.press("s")
+        assert "sort: gpu" in str(app.screen.query_one("#message").render())
+        # recovery without a restart
+        del replay.hooks["/api/v0/actors"]
+        for _ in range(100):
+            await pilot.pause(0.1)
+            if "GCS unavailable" not in str(header.render()):
+                break
+        assert "GCS unavailable" not in str(header.render())
+
+
+async def test_starts_with_dashboard_down_then_says_why():
+    from tests.replay_server import free_port
+
+    app = make_app(f"http://127.0.0.1:{free_port()}")
+    async with app.run_test(size=(120, 30)) as pilot:
+        header = app.screen.query_one("#header")
+        for _ in range(50):
+            await pilot.pause(0.1)
+            if "not reachable" in str(header.render()):
+                break
+        assert "not reachable" in str(header.render())
+        await pilot.press("q")
