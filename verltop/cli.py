@@ -193,14 +193,14 @@ async def _dump(args: argparse.Namespace) -> int:
     cap = StackCapture(col.client, col.local_node_ids(), opts)
     try:
         samples = await cap.capture(targets)
-        collectives = {}
-        if not args.no_logs:
-            from verltop.sources.watchdog import read_collectives
+        from verltop.sources.watchdog import collective_evidence
 
-            collectives = await read_collectives(col.client, targets, samples)
+        collectives, fr_notes = await collective_evidence(col.client, targets, samples, not args.no_logs,
+                                                          col.local_node_ids())
     finally:
         await col.stop()
-    report = analyse(targets, samples, time.time(), collectives, native=opts.native, notes=tuple(cap.notes))
+    report = analyse(targets, samples, time.time(), collectives, native=opts.native,
+                     notes=tuple(cap.notes) + tuple(fr_notes))
     from verltop.text import dump_text, full_stacks_text
 
     if args.output:

@@ -154,6 +154,10 @@ class ActorRow:
     stalls: tuple[Stall, ...] = ()
     death_cause: str | None = None
     job_id: str | None = None
+    # Flight Recorder file prefixes from the actor's runtime env (TORCH_FR_DUMP_TEMP_FILE or its older
+    # name, TORCH_NCCL_DEBUG_INFO_PIPE_FILE); paths only, never shown with other env values
+    fr_dump_prefix: str | None = None
+    fr_pipe_prefix: str | None = None
 
     @property
     def stalled(self) -> bool:

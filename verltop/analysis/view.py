@@ -147,6 +147,8 @@ def build_snapshot(
             host_mem_total_bytes=node.mem_total_bytes if node else None,
             death_cause=a.death_cause,
             job_id=a.job_id,
+            fr_dump_prefix=a.env_get("TORCH_FR_DUMP_TEMP_FILE") or a.env_get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE"),
+            fr_pipe_prefix=a.env_get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE"),
         )
         if role not in _NO_STALL_ROLES or not alive:
             view = TaskView(

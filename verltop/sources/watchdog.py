@@ -31,3 +31,19 @@ async def read_collectives(
         if info is not None:
             out[aid] = info
     return out
+
+
+async def collective_evidence(
+    client: DashboardClient, targets: list[ActorRow], samples: dict[str, list[ProcessDump]] | None = None,
+    use_logs: bool = True, local_node_ids: frozenset[str] = frozenset(),
+) -> tuple[dict[str, CollectiveInfo], list[str]]:
+    """What names each rank's collective: Flight Recorder dumps on this machine win over watchdog lines."""
+    from verltop.sources.flight_recorder import read_local
+
+    out: dict[str, CollectiveInfo] = {}
+    if use_logs:
+        out.update(await read_collectives(client, targets, samples))
+    local = [a for a in targets if a.node_id in local_node_ids and a.role != "controller"]
+    fr, notes, _ = await asyncio.to_thread(read_local, local)
+    out.update(fr)
+    return out, notes

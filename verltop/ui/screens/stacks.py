@@ -49,6 +49,7 @@ class StackScreen(Screen):
         Binding("enter", "rank_stack", "Full stack", id="rank-stack"),
         Binding("w", "write", "Write dump", id="write-dump"),
         Binding("r", "again", "Dump again", id="dump-again"),
+        Binding("f", "flight_recorder", "Flight Recorder", id="flight-recorder"),
         Binding("j", "down", "Down", show=False, id="down"),
         Binding("k", "up", "Up", show=False, id="up"),
     ]
@@ -60,6 +61,7 @@ class StackScreen(Screen):
         self.opts = opts or DumpOptions(samples=2, interval_s=1.0)
         self.targets: list[ActorRow] = dump_targets(snap.actors, group)
         self.report: DumpReport | None = None
+        self.samples: dict[str, list[ProcessDump]] = {}
         self.partial: dict[str, RankDump] = {}
         self.started = 0.0
         self.first_rank_ms: float | None = None
@@ -120,11 +122,13 @@ class StackScreen(Screen):
 
         got = await cap.capture(self.targets, progress)
         self._status(f"read {total}/{total} stacks; reading NCCL watchdog lines from the worker logs…")
-        from verltop.sources.watchdog import read_collectives
+        from verltop.sources.watchdog import collective_evidence
 
-        collectives = await read_collectives(col.client, self.targets, got)
+        collectives, fr_notes = await collective_evidence(col.client, self.targets, got, True,
+                                                          col.local_node_ids())
+        self.samples = got
         self.report = analyse(self.targets, got, time.time(), collectives, native=self.opts.native,
-                              notes=tuple(cap.notes))
+                              notes=tuple(cap.notes) + tuple(fr_notes))
         self.done_ms = (time.perf_counter() - self.started) * 1000
         self._show_report(self.report)
 
@@ -169,6 +173,29 @@ class StackScreen(Screen):
         self.query_one("#tree", Static).update(tree_rich(r))
 
     # ---------------------------------------------------------- actions
+
+    def action_flight_recorder(self) -> None:
+        if self.report is None:
+            self.notify("wait for the dump to finish", severity="warning")
+            return
+        self._status("asking each rank for a Flight Recorder dump through its debug-info pipe…")
+        self.fr_refresh()
+
+    @work(exclusive=True, group="fr", exit_on_error=False)
+    async def fr_refresh(self) -> None:
+        from verltop.sources.flight_recorder import trigger_and_read
+
+        col = self.app.collector
+        local = [a for a in self.targets if a.node_id in col.local_node_ids() and a.role != "controller"]
+        infos, notes = await trigger_and_read(local)
+        if not infos:
+            self._status(Text("Flight Recorder: " + ("; ".join(notes) or "no dump came back"), style="yellow"))
+            return
+        old = {r.actor.actor_id: r.collective for r in self.report.ranks if r.collective}
+        old.update(infos)
+        self.report = analyse(self.targets, self.samples, time.time(), old, native=self.opts.native,
+                              notes=tuple(self.report.notes) + tuple(notes))
+        self._show_report(self.report)
 
     def action_back(self) -> None:
         self.workers.cancel_group(self, "stacks")
