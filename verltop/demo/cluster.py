@@ -47,6 +47,7 @@ HUNG_FILE = "hung"
 RELEASE_FILE = "release"
 PIDS_DIR = "pids"
 PROGRESS_FILE = "progress.json"
+PROFILING_ENV = "RAY_DASHBOARD_ENABLE_PROFILING"
 
 log = logging.getLogger(__name__)
 
@@ -118,13 +119,16 @@ def start_demo(
     *,
     seed: int = 0,
     scale: float = 1.0,
+    enable_profiling: bool = True,
 ) -> DemoHandle:
     """Start a local Ray cluster with the dashboard and launch the demo job; return once step 1 runs.
 
     ``hang_after``: steps that complete before rank ``hang_rank`` of the actor_rollout/critic group hangs
     in ``update_actor`` of the next step (None: only on ``request_hang``). ``num_cpus``: logical CPUs for
     Ray (the job reserves 9). ``dashboard_port``: None picks a free port. ``scale`` multiplies every phase
-    duration. The driver does not block: the job runs as ``TaskRunner.run`` and this returns when all
+    duration. ``enable_profiling`` starts the dashboard with ``RAY_DASHBOARD_ENABLE_PROFILING=1``: Ray 2.60
+    answers 403 to ``/worker/traceback`` and ``/worker/cpu_profile`` without it (unless that variable is
+    already set in this process; ``GET /api/profiling_enabled`` tells a client which). The driver does not block: the job runs as ``TaskRunner.run`` and this returns when all
     worker actors exist and step 1 has started, or raises ``TimeoutError`` after ``wait_ready_s`` (the
     cluster is stopped then). Must not be called while this process is connected to another Ray cluster.
     """
@@ -138,6 +142,10 @@ def start_demo(
     state_dir = tempfile.mkdtemp(prefix="verltop-demo-")
     handle = DemoHandle(address=f"http://127.0.0.1:{port}", token=None,
                         hang_file=str(Path(state_dir, HANG_REQUEST_FILE)), state_dir=state_dir)
+    # Ray's processes inherit this env at spawn time; restore ours afterwards.
+    saved_env = os.environ.get(PROFILING_ENV)
+    if enable_profiling and saved_env is None:
+        os.environ[PROFILING_ENV] = "1"
     try:
         ray.init(
             include_dashboard=True,
@@ -149,6 +157,7 @@ def start_demo(
             log_to_driver=False,
             logging_level=logging.WARNING,
         )
+        _restore_env(PROFILING_ENV, saved_env)
         handle.token = _current_token()
         from verltop.demo.job import TaskRunner
 
@@ -159,6 +168,7 @@ def start_demo(
         })
         _wait_ready(handle, wait_ready_s)
     except BaseException:  # Ctrl-C and timeouts too: never leave a half-started cluster behind
+        _restore_env(PROFILING_ENV, saved_env)
         handle.stop()
         raise
     return handle
@@ -211,6 +221,13 @@ def _current_token() -> str | None:
         return Path(path).read_text().strip() or None
     except OSError:
         return None
+
+
+def _restore_env(key: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(key, None)
+    else:
+        os.environ[key] = value
 
 
 def _free_port() -> int:
