@@ -24,13 +24,12 @@ straggler's 0 %. :meth:`FakeCluster.kill_rank` does the same with the straggler 
 from __future__ import annotations
 
 import bisect
-import hashlib
 import json
 import math
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -411,9 +410,7 @@ class FakeCluster:
                     return v
 
         for i in range(cfg.nodes):
-            ip = f"10.{(i >> 16) & 255}.{(i >> 8) & 255}.{(i & 255) + 1}" if i else "10.0.0.1"
-            if i:
-                ip = f"10.{1 + (i >> 16)}.{(i >> 8) & 255}.{(i & 255)}"
+            ip = f"10.{1 + (i >> 14)}.{(i >> 6) & 255}.{(i & 63) + 2}" if i else "10.0.0.1"
             uuids = [f"GPU-{rhex(8)}-{rhex(4)}-{rhex(4)}-{rhex(4)}-{rhex(12)}" for _ in range(cfg.gpus_per_node)]
             n = NodeInfo(
                 idx=i, node_id=uid(56), ip=ip, hostname=f"gpu-node-{i:04d}", is_head=(i == 0),
@@ -746,13 +743,12 @@ class FakeCluster:
             agent_ids = []
             for a in self.agent_loops:
                 st = s + 0.01 + 0.05 * _u(seed, 3, k, p, a.idx)
-                if a.died_at is not None and a.died_at <= st:
+                if (a.died_at is not None and a.died_at <= st) or st > t:
                     continue
                 en = e - 0.02 * dur * _u(seed, 4, k, p, a.idx)
-                if st <= t:
-                    inst = Inst((k, p, a.idx, 0), a, "AgentLoopWorker.generate_sequences", st, en, tr_task)
-                    out.append(inst)
-                agent_ids.append(self._task_id(inst.key, a) if st <= t else tr_task)
+                inst = Inst((k, p, a.idx, 0), a, "AgentLoopWorker.generate_sequences", st, en, tr_task)
+                out.append(inst)
+                agent_ids.append(self._task_id(inst.key, a))
             for si, a in enumerate(self.servers):
                 if a.died_at is not None:
                     continue
@@ -778,6 +774,8 @@ class FakeCluster:
         return _hex(_mix(self.config.seed, 99, self.taskrunner.idx), 16) + self.taskrunner.actor_id
 
     def _task_id(self, key: tuple, a: Actor) -> str:
+        if key[0] == "run":
+            return self._taskrunner_run_id()
         return _hex(_mix(self.config.seed, 11, *key), 16) + a.actor_id
 
     def _task_row(self, inst: Inst, t: float) -> dict:
@@ -912,9 +910,7 @@ class FakeCluster:
     def _taskrunner_row(self) -> dict:
         a = self.taskrunner
         inst = Inst(("run", a.idx), a, "TaskRunner.run", self.job_start + 2.5, None, DRIVER_TASK_ID)
-        row = dict(self._task_row(inst, 0.0))
-        row["task_id"] = self._taskrunner_run_id()
-        return row
+        return self._task_row(inst, 0.0)
 
     def _driver_row(self) -> dict:
         node = self.nodes[0]
@@ -959,7 +955,9 @@ class FakeCluster:
             cur: tuple[int, int] | None = (k, p)
             cap = self.config.max_finished_tasks
             first = True
-            while cur is not None and len(finished) < cap:
+            scanned = 0
+            while cur is not None and len(finished) < cap and scanned < 64 * len(self._phases):
+                scanned += 1
                 insts = self._phase_insts(cur[0], cur[1], tq)
                 for inst in reversed(insts):
                     ended = inst.end is not None and inst.end <= tq
@@ -978,8 +976,6 @@ class FakeCluster:
                     else:
                         running.append(row)
                 first = False
-                if self._bounds(*cur)[0] < self.train_start - 1:
-                    break
                 cur = self._prev(*cur)
             snap = TaskSnapshot(
                 t=tq, running=running, finished=finished,
@@ -1114,7 +1110,7 @@ class FakeCluster:
                 if a.role == "taskrunner":
                     out.append(f"TaskRunner hostname: {self.nodes[a.node].hostname}, PID: {a.proc.pid}")
                     out.append("Using dataset class: RLHFDataset")
-                    out.append(f"Size of train dataloader: 3739, Size of val dataloader: 1")
+                    out.append("Size of train dataloader: 3739, Size of val dataloader: 1")
                     out.append("Total training steps: 4485")
                     for k in range(max(1, steps - 200), steps + 1):
                         u = _u(self.config.seed, 21, k)
@@ -1616,7 +1612,8 @@ class NodeSnapshot:
         cpu_sum = sum(st["cpuPercent"] for _, st in procs)
         node_cpu = round(min(100.0, cpu_sum / cfg.cpus_per_node + 1.0 + nz), 1)
         up = t - n.boot
-        agent = next((st for p, st in procs if p.kind == "agent"), None)
+        agent = next(({**st, "gpuMemoryUsage": None, "gpuUtilization": None} for p, st in procs
+                      if p.kind == "agent"), None)
         now = round(t - 0.7 * _u(seed, 52, n.idx), 6)
         d = {
             "now": now,
@@ -1643,7 +1640,7 @@ class NodeSnapshot:
             "tpus": [],
             "network": [int(up) * 1_250_000 + 1705, int(up) * 1_310_000 + 817],
             "networkSpeed": [1_250_000.0 * (0.5 + nz), 1_310_000.0 * (0.5 + nz)],
-            "cmdline": [f"/usr/local/lib/python3.12/site-packages/ray/core/src/ray/raylet/raylet",
+            "cmdline": ["/usr/local/lib/python3.12/site-packages/ray/core/src/ray/raylet/raylet",
                         f"--raylet_socket_name=/tmp/ray/{c.session}/sockets/raylet",
                         f"--node_id={n.node_id}", f"--node_ip_address={n.ip}",
                         *(["--head"] if n.is_head else [])],
@@ -1668,8 +1665,6 @@ class NodeSnapshot:
         if got is None:
             got = self._physical(n)
             got["raylet"] = self._raylet(n, with_core_workers=True)
-            if got["agent"] is not None:
-                got["agent"] = {**got["agent"], "gpuMemoryUsage": None, "gpuUtilization": None}
             self._summary[n.idx] = got
         return got
 
@@ -1682,9 +1677,9 @@ class NodeSnapshot:
         cfg = self.c.config
         out = {}
         for n in self.c.nodes:
-            cpu_used = sum(a.required_resources.get("CPU", 1.0 if a.pg_id else 0.0) if not a.pg_id else 1.0
-                           for a in n.actors if a.state == "ALIVE")
             pg = cfg.gpus_per_node if n.pg_id else 0
+            cpu_used = pg + sum(a.required_resources.get("CPU", 0.0) for a in n.actors
+                                if a.state == "ALIVE" and not a.pg_id)
             lines = [f"{cpu_used:.1f}/{float(cfg.cpus_per_node):.1f} CPU ({float(pg):.1f} used of {float(pg):.1f} "
                      "reserved in placement groups)"]
             if cfg.gpus_per_node:
@@ -1764,16 +1759,6 @@ def _first_line(s: str) -> str:
     return s.splitlines()[0] if s else ""
 
 
-def iter_chunks(rows: Iterable[dict], n: int) -> Iterable[list[dict]]:
-    buf: list[dict] = []
-    for r in rows:
-        buf.append(r)
-        if len(buf) >= n:
-            yield buf
-            buf = []
-    if buf:
-        yield buf
-
 
 __all__ = [
     "ACTOR_BASE_COLUMNS", "ACTOR_COLUMNS", "ACTOR_FILTERABLE", "BOOL_COLUMNS", "INT_COLUMNS", "JOB_ID",
@@ -1782,5 +1767,3 @@ __all__ = [
     "ClusterConfig", "FakeClock", "FakeCluster", "NodeSnapshot", "Phase", "TaskSnapshot", "to_camel_case",
 ]
 
-# hashlib kept for callers that want stable digests of payloads in tests
-_ = hashlib
