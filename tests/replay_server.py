@@ -29,11 +29,12 @@ def free_port() -> int:
 class ReplayDashboard:
     """Serves one capture folder (``hung/`` of a real-gpu case). ``hooks`` may override any path."""
 
-    def __init__(self, case: Path = RAY_GPU, phase: str = "hung", token: str | None = None) -> None:
+    def __init__(self, case: Path = RAY_GPU, phase: str = "hung", token: str | None = None,
+                 port: int | None = None) -> None:
         self.case = case
         self.dir = case / phase
         self.token = token
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.requests: list[tuple[str, str]] = []
         self.hooks: dict[str, Callable[[web.Request], web.Response | None]] = {}

@@ -729,10 +729,7 @@ class FakeCluster:
                     out.append(Inst((k, p, a.idx, 0), a, name, st, st + 0.001, tr_task, "FAILED",
                                     self._actor_died_msg(a)))
                     continue
-                if frozen_here:
-                    en = None
-                else:
-                    en = e - 0.03 * dur * _u(seed, 2, k, p, a.idx)
+                en = None if frozen_here else e - 0.03 * dur * _u(seed, 2, k, p, a.idx)
                 if a.died_at is not None and (en is None or a.died_at < en):
                     out.append(Inst((k, p, a.idx, 0), a, name, st, a.died_at, tr_task, "FAILED",
                                     self._actor_died_msg(a)))
@@ -1165,7 +1162,7 @@ class FakeCluster:
                                    f"(default_pg) Rank {r}]  failure detected by watchdog at work sequence id: "
                                    f"{seq} PG status: last enqueued work: {seq}, last completed work: {seq - 1}")
                 if a.state == "DEAD" and a.died_at is not None and t >= a.died_at:
-                    out.append("*** SIGKILL received at time=%d on cpu 17 (has been killed) ***" % int(a.died_at))
+                    out.append(f"*** SIGKILL received at time={int(a.died_at)} on cpu 17 (has been killed) ***")
             if lines is not None and lines >= 0:
                 out = out[-lines:] if lines else []
             return "".join(line + "\n" for line in out)
@@ -1286,7 +1283,7 @@ class FakeCluster:
                 "actors": len(self.actors), "alive_actors": sum(a.state == "ALIVE" for a in self.actors),
                 "world_size": len(self.groups["main"]), "step": pos["step"], "phase": pos["phase"],
                 "hung": pos["hung"], "step_len_s": round(self.step_len, 3),
-                "phases": [(p.name, p.method, round(d, 3)) for p, d in zip(self._phases, self._durs)],
+                "phases": [(p.name, p.method, round(d, 3)) for p, d in zip(self._phases, self._durs, strict=True)],
             }
 
 
@@ -1398,7 +1395,7 @@ class NodeSnapshot:
         if got is not None:
             return got
         c, t, seed = self.c, self.t, self.c.config.seed
-        ri = int(round(t * 10))
+        ri = round(t * 10)
         steps = max(0, c.completed_steps(t))
         out = []
         gpu_use: dict[int, list[dict]] = {g: [] for g in range(c.config.gpus_per_node)}
@@ -1605,7 +1602,7 @@ class NodeSnapshot:
         cfg = c.config
         procs = self._proc_stats(n)
         gpus = self._gpus[n.idx]
-        ri = int(round(t * 10))
+        ri = round(t * 10)
         nz = _u(seed, 51, n.idx, ri)
         used = sum(int(st["memoryInfo"]["rss"]) for _, st in procs) + 40 * GIB
         total = cfg.mem_per_node

@@ -28,6 +28,7 @@ import os
 import shutil
 import signal
 import socket
+import sys
 import tempfile
 import time
 import urllib.request
@@ -142,10 +143,15 @@ def start_demo(
     state_dir = tempfile.mkdtemp(prefix="verltop-demo-")
     handle = DemoHandle(address=f"http://127.0.0.1:{port}", token=None,
                         hang_file=str(Path(state_dir, HANG_REQUEST_FILE)), state_dir=state_dir)
-    # Ray's processes inherit this env at spawn time; restore ours afterwards.
-    saved_env = os.environ.get(PROFILING_ENV)
-    if enable_profiling and saved_env is None:
+    # Ray's processes inherit the env at spawn time; ours is restored right after ray.init.
+    saved_env = {k: os.environ.get(k) for k in (PROFILING_ENV, "PATH")}
+    if enable_profiling and saved_env[PROFILING_ENV] is None:
         os.environ[PROFILING_ENV] = "1"
+    # The dashboard agent runs `shutil.which("py-spy")`; in an unactivated venv (.venv/bin/verltop) py-spy
+    # sits next to sys.executable but not on PATH, and the agent answers "py-spy is not installed".
+    bindir = os.path.dirname(sys.executable)
+    if shutil.which("py-spy") is None and shutil.which("py-spy", path=bindir):
+        os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
     try:
         ray.init(
             include_dashboard=True,
@@ -157,7 +163,7 @@ def start_demo(
             log_to_driver=False,
             logging_level=logging.WARNING,
         )
-        _restore_env(PROFILING_ENV, saved_env)
+        _restore_env(saved_env)
         handle.token = _current_token()
         from verltop.demo.job import TaskRunner
 
@@ -168,7 +174,7 @@ def start_demo(
         })
         _wait_ready(handle, wait_ready_s)
     except BaseException:  # Ctrl-C and timeouts too: never leave a half-started cluster behind
-        _restore_env(PROFILING_ENV, saved_env)
+        _restore_env(saved_env)
         handle.stop()
         raise
     return handle
@@ -223,11 +229,12 @@ def _current_token() -> str | None:
         return None
 
 
-def _restore_env(key: str, value: str | None) -> None:
-    if value is None:
-        os.environ.pop(key, None)
-    else:
-        os.environ[key] = value
+def _restore_env(saved: dict[str, str | None]) -> None:
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 def _free_port() -> int:

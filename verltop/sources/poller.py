@@ -272,8 +272,8 @@ class Collector:
 
     # ---------------------------------------------------------- the joined view
 
-    def data(self) -> ClusterData:
-        now = time.time()
+    def data(self, now: float | None = None) -> ClusterData:
+        now = time.time() if now is None else now
         nodes: list[Node] = list(self.src.nodes.value or [])
         if self.node_details:
             nodes = [
@@ -298,7 +298,8 @@ class Collector:
         )
 
     def snapshot(self, now: float | None = None) -> Snapshot:
-        return build_snapshot(self.data(), self.hist, now if now is not None else time.time(), self.stall)
+        now = now if now is not None else time.time()
+        return build_snapshot(self.data(now), self.hist, now, self.stall)
 
     @property
     def has_data(self) -> bool:

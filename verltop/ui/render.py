@@ -18,7 +18,7 @@ def level(kind: str, percent: float) -> int:
     return 0 if percent < lo else 1 if percent < hi else 2
 
 
-def bar(percent: float | None, width: int = 10, kind: str = "gpu", label: str | None = None,
+def bar(percent: float | None, width: int = 7, kind: str = "gpu", label: str | None = None,
         dim: bool = False) -> Text:
     """An eighth-block bar with its value; hatched ``N/A`` for None. Width counts the bar cells only."""
     if percent is None:
@@ -37,12 +37,24 @@ def bar(percent: float | None, width: int = 10, kind: str = "gpu", label: str | 
     return t
 
 
-def mem_bar(used: int | None, total: int | None, width: int = 10, dim: bool = False) -> Text:
+def short_bytes(n: int | None) -> str:
+    """At most four characters: ``801M``, ``1.5G``, ``140G``."""
+    if n is None:
+        return "-"
+    f = float(n)
+    for unit in ("B", "K", "M", "G", "T", "P"):
+        if f < 1000 or unit == "P":
+            return f"{f:.1f}{unit}" if f < 10 and unit not in ("B",) else f"{f:.0f}{unit}"
+        f /= 1024
+    return "-"
+
+
+def mem_bar(used: int | None, total: int | None, width: int = 7, dim: bool = False) -> Text:
     if used is None:
         return bar(None, width, "mem")
-    pct = (used / total * 100.0) if total else None
-    return bar(pct if pct is not None else 0.0, width, "mem", label=fmt_bytes(used), dim=dim) if pct is not None \
-        else Text(fmt_bytes(used))
+    if not total:
+        return Text(" " * width + " " + short_bytes(used).rjust(4))
+    return bar(used / total * 100.0, width, "mem", label=short_bytes(used), dim=dim)
 
 
 def age_text(seconds: float | None) -> Text:

@@ -46,6 +46,7 @@ class MainScreen(Screen):
         yield HeaderBar(id="header")
         yield Input(placeholder="filter (regex; !regex inverts) — Enter to apply, Esc to clear", id="filter")
         yield ActorTable(id="actors")
+        yield Static("", id="selection")
         yield Static("", id="message")
         yield Footer()
 
@@ -75,6 +76,7 @@ class MainScreen(Screen):
         if snap is None:
             return
         self.table.apply(layout_rows(snap, self.grouping, self.sort, self.filter_rx, self.filter_invert))
+        self._show_selection()
         empty = not snap.actors
         if empty and snap.errors == []:
             self.message("no actors in this Ray cluster yet")
@@ -157,6 +159,17 @@ class MainScreen(Screen):
         from verltop.ui.screens.details import DetailsScreen
 
         self.app.push_screen(DetailsScreen(row))
+
+    @on(ActorTable.RowHighlighted)
+    def _highlighted(self, event: ActorTable.RowHighlighted) -> None:
+        self._show_selection()
+
+    def _show_selection(self) -> None:
+        from verltop.ui.widgets.actor_table import selection_text
+
+        aid = self.table.selected_actor()
+        row = next((a for a in self._last.actors if a.actor_id == aid), None) if self._last and aid else None
+        self.query_one("#selection", Static).update(selection_text(row) if row else "")
 
     @on(ActorTable.ActorSelected)
     def _selected(self, event: ActorTable.ActorSelected) -> None:

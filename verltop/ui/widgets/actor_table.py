@@ -14,19 +14,19 @@ from verltop.text import fmt_age
 from verltop.ui.render import bar, mem_bar
 
 COLUMNS = (
-    ("role", "ROLE", 14),
-    ("rank", "RANK", 6),
-    ("node", "NODE", 15),
+    ("role", "ROLE", 13),
+    ("rank", "RANK", 5),
+    ("node", "NODE", 12),
     ("pid", "PID", 7),
     ("gpu", "GPU", 3),
-    ("gpu_util", "GPU UTIL", 15),
-    ("gpu_mem", "GPU MEM", 17),
-    ("cpu", "CPU%", 5),
-    ("host_mem", "HOST MEM", 17),
-    ("state", "STATE", 8),
-    ("task", "TASK", 30),
-    ("age", "AGE", 7),
-    ("why", "STALLED BECAUSE", 60),
+    ("gpu_util", "GPU UTIL", 12),
+    ("gpu_mem", "GPU MEM", 12),
+    ("cpu", "CPU%", 4),
+    ("host_mem", "HOST MEM", 12),
+    ("state", "STATE", 5),
+    ("task", "TASK", 18),
+    ("age", "AGE", 6),
+    ("why", "STALLED", 40),
 )
 COLUMN_KEYS = tuple(c[0] for c in COLUMNS)
 
@@ -35,6 +35,33 @@ SORTS = ("rank", "gpu", "cpu", "mem", "age")
 
 _STATE_STYLE = {"ALIVE": "green", "DEAD": "grey50", "RESTARTING": "dark_orange", "PENDING_CREATION": "dark_orange",
                 "DEPENDENCIES_UNREADY": "dark_orange"}
+
+
+_STATE_SHORT = {"RESTARTING": "RSTRT", "PENDING_CREATION": "PEND", "DEPENDENCIES_UNREADY": "DEPS"}
+
+
+def _bare(task: str | None, role: str) -> str | None:
+    if task and task.startswith(role + "_"):
+        return task[len(role) + 1 :]
+    return task
+
+
+def stall_tag(st) -> str:
+    """Short form of a stall reason for the table; the full sentence is under the table and in details."""
+    r = st.reason
+    if st.rule == "median":
+        return r.split(" longer")[0].replace("running ", "") + " median"
+    if st.rule == "peers":
+        return "peers done " + r.rsplit(" ", 2)[-2] + "s" if r.endswith(" s ago") else "peers done long ago"
+    if st.rule == "age":
+        return "> " + r.split("(> ")[-1].rstrip(")")
+    if st.rule == "gpu_idle":
+        return "GPU idle"
+    if st.rule == "gpu_spin":
+        return "GPU 100% no progress"
+    if st.rule == "dead":
+        return r.split(":")[0].replace("actor ", "")
+    return st.rule
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +82,9 @@ def actor_cells(a: ActorRow) -> tuple:
     dim = a.state != "ALIVE"
     stalled = a.stalled
     rank = "-" if a.rank is None else (f"{a.rank}/{a.world_size}" if a.world_size else str(a.rank))
-    task = Text(a.task or "-", style="bold" if stalled else "")
-    why = Text(a.stall_reason or "", style="bold red" if stalled else "")
+    # the ROLE column already says the role: show the bare method
+    task = Text(_bare(a.task, a.role) or "-", style="bold" if stalled else "")
+    why = Text(", ".join(stall_tag(x) for x in a.stalls), style="bold red" if stalled else "")
     cpu = "-" if a.cpu_percent is None else f"{a.cpu_percent:.0f}"
     role = _role_text(a)
     if stalled:
@@ -67,11 +95,11 @@ def actor_cells(a: ActorRow) -> tuple:
         a.node_ip or "-",
         str(a.pid) if a.pid else "-",
         "-" if a.gpu_index is None else str(a.gpu_index),
-        bar(a.gpu_util_percent, 10, "gpu", dim=dim),
-        mem_bar(a.gpu_mem_bytes, a.gpu_mem_total_bytes, 10, dim=dim),
+        bar(a.gpu_util_percent, 7, "gpu", dim=dim),
+        mem_bar(a.gpu_mem_bytes, a.gpu_mem_total_bytes, 7, dim=dim),
         cpu,
-        mem_bar(a.rss_bytes, a.host_mem_total_bytes, 10, dim=dim),
-        Text(a.state, style=_STATE_STYLE.get(a.state, "")),
+        mem_bar(a.rss_bytes, a.host_mem_total_bytes, 7, dim=dim),
+        Text(_STATE_SHORT.get(a.state, a.state[:5]), style=_STATE_STYLE.get(a.state, "")),
         task,
         Text(fmt_age(a.task_running_s), style="bold red" if stalled else ""),
         why,
@@ -100,8 +128,6 @@ def header_cells(name: str, members: list[ActorRow], grouping: str) -> tuple:
     if grouping == "group" and members[0].worker_group:
         roles = sorted({r for m in members for r in m.roles})
         what = Text("+".join(roles), style="cyan")
-        cls = members[0].class_name.rsplit(".", 1)[-1]
-        what.append(f"  ({cls})", style="grey50")
     info = Text(f"{len(members)} actor{'s' if len(members) != 1 else ''}", style="grey70")
     if stalled:
         info.append(f"  {stalled} stalled", style="bold red")
@@ -169,6 +195,14 @@ class ActorTable(DataTable):
         for key, label, width in COLUMNS:
             self.add_column(label, key=key, width=width)
 
+    def on_resize(self) -> None:
+        # the last column takes what is left, so nothing scrolls sideways on a wide enough terminal
+        fixed = sum(w for _, _, w in COLUMNS[:-1]) + 2 * self.cell_padding * len(COLUMNS) + 2
+        col = self.columns.get("why")  # type: ignore[call-overload]
+        if col is not None:
+            col.width = max(24, self.size.width - fixed)
+            self.refresh()
+
     def apply(self, rows: list[Row]) -> None:
         keys = [r.key for r in rows]
         if keys == self._shown:
@@ -232,3 +266,18 @@ class ActorTable(DataTable):
         k = event.row_key.value if event.row_key is not None else None
         if k and not k.startswith("grp:"):
             self.post_message(self.ActorSelected(k))
+
+
+def selection_text(a: ActorRow) -> Text:
+    """One line under the table: the selected actor and, if stalled, the full reasons."""
+    t = Text()
+    t.append(f"{a.worker_group or a.role}", style="bold")
+    if a.rank is not None:
+        t.append(f" rank {a.rank}", style="bold")
+    t.append(f"  {a.actor_name or a.actor_id[:12]}  pid {a.pid or '-'}  {a.task or 'idle'}", style="grey70")
+    if a.stalled:
+        t.append("  STALLED: ", style="bold red")
+        t.append(a.stall_reason or "", style="red")
+    elif a.death_cause:
+        t.append(f"  {a.death_cause}", style="red")
+    return t
