@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from verltop.model import RawActor
 
@@ -99,6 +100,7 @@ def method_of(task_name: str | None) -> str | None:
     return task_name.rsplit(".", 1)[-1]
 
 
+@lru_cache(maxsize=4096)
 def split_role(method: str | None) -> tuple[str | None, str | None]:
     """``critic_compute_values`` → (``critic``, ``compute_values``); unprefixed → (None, method)."""
     if not method:
@@ -116,6 +118,7 @@ def _int(v: str | None) -> int | None:
         return None
 
 
+@lru_cache(maxsize=65536)
 def identity(a: RawActor) -> Identity:
     """Worker group, rank and world size from the runtime env, falling back to the actor name."""
     cls = short_class(a.class_name)
@@ -136,6 +139,7 @@ def identity(a: RawActor) -> Identity:
     return Identity(worker_group=group, rank=rank, world_size=world, base_role=base_role(a.class_name, a.name))
 
 
+@lru_cache(maxsize=65536)
 def base_role(class_name: str, name: str | None) -> str:
     """Role from class and name alone; ``colocated`` means "ask the method names"."""
     cls = short_class(class_name)
@@ -168,6 +172,7 @@ def active_role(base: str, roles: tuple[str, ...], running_method: str | None, l
     return roles[0] if roles else "other"
 
 
+@lru_cache(maxsize=4096)
 def phase_of_method(method: str | None) -> str | None:
     _, bare = split_role(method)
     if not bare:

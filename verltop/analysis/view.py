@@ -82,6 +82,7 @@ def build_snapshot(
         if ms:
             group_methods.setdefault(group_key(idents[a.actor_id], a.class_name), set()).update(ms)
 
+    group_roles = {g: R.roles_from_methods(ms) for g, ms in group_methods.items()}
     rows: list[ActorRow] = []
     running_roles: list[tuple[str, str | None]] = []
     for a in data.actors:
@@ -89,7 +90,7 @@ def build_snapshot(
         gk = group_key(ident, a.class_name)
         roles: tuple[str, ...]
         if ident.base_role == "colocated":
-            roles = R.roles_from_methods(group_methods.get(gk, ()))
+            roles = group_roles.get(gk, ())
         else:
             roles = (ident.base_role,)
         alive = a.state == "ALIVE"

@@ -12,7 +12,7 @@ Token authentication, as found on Ray 2.60.0 (``ray/_private/worker.py`` and
   ``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` and ``~/.ray/auth_token``; if there is none it generates a
   64-hex-character token and writes it to ``~/.ray/auth_token`` (kept after shutdown and reused next time).
 - The dashboard then answers 401 to requests without ``Authorization: Bearer <token>`` (State API,
-  ``/nodes`` and the rest alike) and 200 with it.
+  ``/nodes`` and the rest alike), 403 to a wrong token and 200 with the right one.
 
 So ``DemoHandle.token`` is the token Ray loaded (``AuthenticationTokenLoader.get_raw_token()``), or None when
 auth is off. Another process of the same user finds the same token in ``~/.ray/auth_token``.
@@ -72,6 +72,13 @@ class DemoHandle:
     def hung(self) -> bool:
         """True while the hang is in place: the stuck rank writes the marker when it stops taking part."""
         return Path(self.state_dir, HUNG_FILE).exists()
+
+    def hang_info(self) -> dict[str, Any] | None:
+        """``{"step", "rank", "pid", "since"}`` of the stuck rank while hung, else None."""
+        try:
+            return json.loads(Path(self.state_dir, HUNG_FILE).read_text())
+        except (OSError, ValueError):
+            return None
 
     def release_hang(self) -> None:
         """Let the stuck rank rejoin its collective so that the job trains on (used by the tests)."""

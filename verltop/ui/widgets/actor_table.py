@@ -66,9 +66,30 @@ def stall_tag(st) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Row:
+    """A row to show. Actor rows carry the actor; their cells are built only when drawn."""
+
     key: str
-    cells: tuple
-    actor_id: str | None  # None for a group header row
+    header: tuple | None = None  # cells of a group row
+    actor: ActorRow | None = None
+
+    @property
+    def actor_id(self) -> str | None:
+        return self.actor.actor_id if self.actor else None
+
+    def sig(self) -> tuple:
+        """What the cells depend on: equal signatures, equal cells (ages compare by whole seconds)."""
+        a = self.actor
+        if a is None:
+            return ("h", tuple(c.plain if isinstance(c, Text) else c for c in self.header or ()))
+        return (a.role, a.roles, a.rank, a.world_size, a.node_ip, a.pid, a.gpu_index,
+                None if a.gpu_util_percent is None else round(a.gpu_util_percent),
+                None if a.gpu_mem_bytes is None else a.gpu_mem_bytes >> 20, a.gpu_mem_total_bytes,
+                None if a.cpu_percent is None else round(a.cpu_percent),
+                None if a.rss_bytes is None else a.rss_bytes >> 20, a.host_mem_total_bytes, a.state, a.task,
+                None if a.task_running_s is None else int(a.task_running_s), a.stalls)
+
+    def cells(self) -> tuple:
+        return self.header if self.actor is None else actor_cells(self.actor)  # type: ignore[return-value]
 
 
 def _role_text(a: ActorRow) -> Text:
@@ -172,13 +193,16 @@ def layout_rows(snap: Snapshot, grouping: str, sort: str, rx: re.Pattern[str] | 
     for name, members in groups.items():  # snapshot order: controller, groups, others
         if sort != "rank":
             members = sorted(members, key=lambda a: _sort_value(a, sort))
-        rows.append(Row(f"grp:{grouping}:{name}", header_cells(name, members, grouping), None))
-        rows.extend(Row(a.actor_id, actor_cells(a), a.actor_id) for a in members)
+        rows.append(Row(f"grp:{grouping}:{name}", header=header_cells(name, members, grouping)))
+        rows.extend(Row(a.actor_id, actor=a) for a in members)
     return rows
 
 
 class ActorTable(DataTable):
-    """Keyed rows; ``apply`` diffs against what is shown and touches only changed cells."""
+    """Keyed rows. ``apply`` diffs against what is shown and touches only changed cells of rows in view;
+    rows out of view are marked and drawn when scrolled to (10,000 actors cost what 50 do)."""
+
+    MARGIN = 20  # rows above and below the viewport kept current
 
     class ActorSelected(Message):
         def __init__(self, actor_id: str) -> None:
@@ -188,8 +212,12 @@ class ActorTable(DataTable):
     def __init__(self, **kw) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, **kw)
         self._shown: list[str] = []
+        self._sig: dict[str, tuple] = {}  # signature of what each row shows now
         self._cells: dict[str, tuple] = {}
+        self._pending: dict[str, Row] = {}  # rows out of view whose content is behind
+        self._index: dict[str, int] = {}
         self.rebuilds = 0
+        self.cells_built = 0
 
     def on_mount(self) -> None:
         for key, label, width in COLUMNS:
@@ -202,54 +230,82 @@ class ActorTable(DataTable):
         if col is not None:
             col.width = max(24, self.size.width - fixed)
             self.refresh()
+        self._flush_visible()
+
+    def _visible(self) -> range:
+        top = int(self.scroll_y)
+        return range(max(0, top - self.MARGIN), top + max(self.size.height, 50) + self.MARGIN)
+
+    def _draw(self, r: Row, sig: tuple) -> None:
+        cells = r.cells()
+        self.cells_built += 1
+        old = self._cells.get(r.key)
+        for i, (ck, value) in enumerate(zip(COLUMN_KEYS, cells, strict=True)):
+            if old is None or old[i] != value:
+                self.update_cell(r.key, ck, value)
+        self._cells[r.key] = cells
+        self._sig[r.key] = sig
 
     def apply(self, rows: list[Row]) -> None:
         keys = [r.key for r in rows]
-        if keys == self._shown:
-            for r in rows:
-                old = self._cells.get(r.key)
-                if old == r.cells:
-                    continue
-                for i, (ck, value) in enumerate(zip(COLUMN_KEYS, r.cells, strict=True)):
-                    if old is None or old[i] != value:
-                        self.update_cell(r.key, ck, value)
-                self._cells[r.key] = r.cells
+        if keys != self._shown:
+            self._rebuild(rows)
             return
-        self._rebuild(rows)
+        vis = self._visible()
+        for i, r in enumerate(rows):
+            sig = r.sig()
+            if self._sig.get(r.key) == sig:
+                self._pending.pop(r.key, None)
+                continue
+            if i in vis:
+                self._pending.pop(r.key, None)
+                self._draw(r, sig)
+            else:
+                self._pending[r.key] = r
+
+    def _flush_visible(self) -> None:
+        if not self._pending:
+            return
+        vis = self._visible()
+        for k in [k for k in self._pending if self._index.get(k, -1) in vis]:
+            r = self._pending.pop(k)
+            self._draw(r, r.sig())
+
+    def watch_scroll_y(self, old: float, new: float) -> None:
+        super().watch_scroll_y(old, new)
+        self._flush_visible()
+
+    def _placeholder(self, r: Row) -> tuple:
+        a = r.actor
+        assert a is not None
+        return (Text(a.role), "" if a.rank is None else str(a.rank), *([""] * (len(COLUMNS) - 2)))
 
     def _rebuild(self, rows: list[Row]) -> None:
         """Membership or order changed: re-lay rows, keeping the cursor on the same row and the scroll."""
         self.rebuilds += 1
         cur = self.selected_key()
         scroll = self.scroll_y
-        keys = {r.key for r in rows}
-        # remove vanished, then append the rest in order if the survivors are already in order
-        survivors = [k for k in self._shown if k in keys]
-        order_ok = survivors == [r.key for r in rows if r.key in set(self._shown)]
-        new_at_end = order_ok and [r.key for r in rows][: len(survivors)] == survivors
+        vis = range(max(0, int(scroll) - self.MARGIN), int(scroll) + max(self.size.height, 50) + self.MARGIN)
         with self.app.batch_update():
-            if new_at_end:
-                for k in self._shown:
-                    if k not in keys:
-                        self.remove_row(k)
-                        self._cells.pop(k, None)
-                for r in rows[len(survivors):]:
-                    self.add_row(*r.cells, key=r.key)
-                    self._cells[r.key] = r.cells
-                for r in rows[: len(survivors)]:
-                    if self._cells.get(r.key) != r.cells:
-                        for ck, v in zip(COLUMN_KEYS, r.cells, strict=True):
-                            self.update_cell(r.key, ck, v)
-                        self._cells[r.key] = r.cells
-            else:
-                self.clear()
-                self._cells.clear()
-                for r in rows:
-                    self.add_row(*r.cells, key=r.key)
-                    self._cells[r.key] = r.cells
-            self._shown = [r.key for r in rows]
-            if cur is not None and cur in keys:
-                self.move_cursor(row=self.get_row_index(cur), animate=False, scroll=False)
+            self.clear()
+            self._cells.clear()
+            self._sig.clear()
+            self._pending.clear()
+            for i, r in enumerate(rows):
+                if r.actor is None or i in vis:
+                    cells = r.cells()
+                    self.cells_built += 1
+                    self._cells[r.key] = cells
+                    self._sig[r.key] = r.sig()
+                else:
+                    cells = self._placeholder(r)
+                    self._cells[r.key] = cells
+                    self._pending[r.key] = r
+                self.add_row(*cells, key=r.key)
+            self._shown = keys = [r.key for r in rows]
+            self._index = {k: i for i, k in enumerate(keys)}
+            if cur is not None and cur in self._index:
+                self.move_cursor(row=self._index[cur], animate=False, scroll=False)
             self.scroll_to(y=scroll, animate=False)
 
     def selected_key(self) -> str | None:
