@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -92,7 +93,8 @@ async def pyspy_local(pid: int, opts: DumpOptions, pyspy: str) -> ProcessDump:
     started = time.time()
     try:
         proc = await asyncio.create_subprocess_exec(
-            *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL
+            *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL,
+            start_new_session=True,  # so a timeout kills py-spy and anything it started
         )
     except FileNotFoundError:
         return ProcessDump(pid, error=NO_PYSPY, taken_at=started)
@@ -101,13 +103,13 @@ async def pyspy_local(pid: int, opts: DumpOptions, pyspy: str) -> ProcessDump:
     try:
         out, err = await asyncio.wait_for(proc.communicate(), opts.per_process_timeout)
     except asyncio.TimeoutError:
-        proc.kill()
+        _kill_group(proc.pid)
         await proc.wait()
         return ProcessDump(pid, error=f"py-spy did not finish within {opts.per_process_timeout:g} s (killed)",
                            taken_at=started, duration_s=time.monotonic() - t0)
     except asyncio.CancelledError:
         if proc.returncode is None:
-            proc.kill()
+            _kill_group(proc.pid)
             await proc.wait()
         raise
     dt = time.monotonic() - t0
@@ -229,6 +231,13 @@ class StackCapture:
             if self.probe is not None:
                 await self.probe.close()
         return out
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _explain_remote(err: str) -> str:
