@@ -29,6 +29,7 @@ import math
 import random
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -270,6 +271,7 @@ class Actor:
     death_cause: dict | None = None
     died_at: float | None = None
     row: dict | None = None  # cached /api/v0/actors detail row
+    used_resources: dict | None = None  # cached coreWorkerStats.usedResources
 
 
 @dataclass(eq=False)
@@ -357,6 +359,7 @@ class FakeCluster:
         if cfg.hang_at_s is not None:
             self.set_hang(rank=cfg.hang_rank, at=self.created_at + cfg.hang_at_s)
         self._task_cache: dict[tuple, dict] = {}
+        self._inst_cache: dict[tuple, list[Inst]] = {}
         self._task_snap: tuple[tuple, TaskSnapshot] | None = None
         self._node_snap: tuple[tuple, NodeSnapshot] | None = None
         self._static_tasks: list[dict] | None = None
@@ -709,10 +712,22 @@ class FakeCluster:
 
     def _phase_insts(self, k: int, p: int, t: float) -> list[Inst]:
         """Task attempts of phase (k, p) that had started by ``t``."""
-        ph = self._phases[p]
         s, e = self._bounds(k, p)
         if s > t:
             return []
+        h = self._hang
+        if e + 0.001 < t and (h is None or (k, p) < (h.k, h.p)):
+            key = (k, p, self.version)
+            got = self._inst_cache.get(key)
+            if got is None:  # an ended phase never changes: cache its attempts
+                if len(self._inst_cache) > 4 * len(self._phases) + 8:
+                    self._inst_cache.clear()
+                got = self._inst_cache[key] = self._phase_insts_uncached(k, p, s, e, e + 1.0)
+            return got
+        return self._phase_insts_uncached(k, p, s, e, t)
+
+    def _phase_insts_uncached(self, k: int, p: int, s: float, e: float, t: float) -> list[Inst]:
+        ph = self._phases[p]
         seed = self.config.seed
         h = self._hang
         frozen_here = h is not None and (h.k, h.p) == (k, p)
@@ -773,7 +788,8 @@ class FakeCluster:
     def _task_id(self, key: tuple, a: Actor) -> str:
         if key[0] == "run":
             return self._taskrunner_run_id()
-        return _hex(_mix(self.config.seed, 11, *key), 16) + a.actor_id
+        xs = [x if isinstance(x, int) else zlib.crc32(str(x).encode()) for x in key]
+        return _hex(_mix(self.config.seed, 11, *xs), 16) + a.actor_id
 
     def _task_row(self, inst: Inst, t: float) -> dict:
         running = inst.end is None or inst.end > t
@@ -786,7 +802,7 @@ class FakeCluster:
         node = self.nodes[a.node]
         tid = self._task_id(inst.key, a)
         c0 = math.floor(inst.start * 1000.0) - 1.0
-        st = math.floor(inst.start * 1000.0)
+        st = float(math.floor(inst.start * 1000.0))
         events = [
             {"state": "PENDING_ARGS_AVAIL", "created_ms": c0},
             {"state": "PENDING_NODE_ASSIGNMENT", "created_ms": c0},
@@ -832,7 +848,7 @@ class FakeCluster:
             "profiling_data": {"component_type": "worker", "component_id": a.proc.worker_id,
                                "node_ip_address": node.ip, "events": prof},
             "creation_time_ms": c0,
-            "start_time_ms": float(st),
+            "start_time_ms": st,
             "end_time_ms": end_ms,
             "task_log_info": None,
             "error_message": inst.error if failed else None,
@@ -1175,8 +1191,7 @@ class FakeCluster:
         with self._lock:
             t = self.now() if t is None else t
             cmd = f"['py-spy', 'dump', '-p', '{pid}'" + (", '--native']" if native else "]")
-            if proc is None or proc.kind in ("agent_gone",) or (proc.actor and not self.alive(proc.actor, t)
-                                                                and proc.kind == "actor"):
+            if proc is None or (proc.kind == "actor" and proc.actor is not None and not self.alive(proc.actor, t)):
                 return False, (f"Failed to execute `{cmd}`.\n\n=== stderr ===\nError: Failed to open process "
                                f"{pid} - is it running?\n\n=== stdout ===\n\n")
             title = self.title(proc, t)
@@ -1204,8 +1219,8 @@ class FakeCluster:
                         if native:
                             frames = [*_NATIVE_CUDA, *frames]
                     elif mode == "straggler":
-                        frames = ["_wait_for_batch (verl/utils/dataset/rl_dataset.py:318)",
-                                  "recv (multiprocessing/connection.py:430)"][::-1] + inner[1:]
+                        frames = ["wait (threading.py:359)", "get (queue.py:180)",
+                                  "_next_micro_batch (verl/utils/seqlen_balancing.py:318)", *inner[1:]]
                         if native:
                             frames = ["clock_nanosleep (libc.so.6)", *frames]
                     else:
@@ -1273,6 +1288,12 @@ class FakeCluster:
         if a.role == "taskrunner":
             return "ray::TaskRunner.run"
         return f"ray::{a.cls}"
+
+    def prewarm(self) -> None:
+        """Build the one-time caches (actor rows, creation-task rows, first snapshots) now."""
+        self.actor_rows()
+        self.task_snapshot()
+        self.node_snapshot().summary()
 
     def summary(self) -> dict:
         """A compact description, for test messages and the CLI banner."""
@@ -1366,10 +1387,24 @@ class TaskSnapshot:
     step: int
     phase: str
 
+    _all = None  # plain class attributes, not dataclass fields: lazily built indexes
+    _by_state = None
+
     def all_rows(self, exclude_driver: bool = True) -> list[dict]:
         """Newest first, the order GCS walks its task events in."""
-        rows = self.running + self.finished + self.static[::-1]
-        if not exclude_driver:
+        if self._all is None:
+            self._all = self.running + self.finished + self.static[::-1]
+        return self._all if exclude_driver else [self.driver, *self._all]
+
+    def rows_in_state(self, state: str, exclude_driver: bool = True) -> list[dict]:
+        """``all_rows`` restricted to one state (what GCS's state pushdown returns), same order."""
+        if self._by_state is None:
+            by: dict[str, list[dict]] = {}
+            for r in self.all_rows():
+                by.setdefault(r["state"], []).append(r)
+            self._by_state = by
+        rows = self._by_state.get(state.upper(), [])
+        if not exclude_driver and state.upper() == "RUNNING":
             rows = [self.driver, *rows]
         return rows
 
@@ -1466,7 +1501,7 @@ class NodeSnapshot:
                 "cpuPercent": round(cpu, 1),
                 "cpuTimes": {"user": user, "system": round(user * 0.12, 2), "childrenUser": 0.0,
                              "childrenSystem": 0.0},
-                "cmdline": self._cmdline(p),
+                "cmdline": None,  # filled lazily (800 "" per process add up)
                 "memoryInfo": {"rss": float(rss), "vms": float(vms), "pfaults": None, "pageins": None},
                 "memoryFullInfo": None,
                 "numFds": fds,
@@ -1519,11 +1554,15 @@ class NodeSnapshot:
                 if a.role in ("worker", "rm_worker"):
                     running = 1 if mode in ("busy", "blocked", "straggler") else 0
                     executed = 4 + steps * n_phases
-                    lr, pg = a.local_rank, a.pg_id
-                    for res, amount, slot in ((f"CPU_group_{lr}_{pg}", 1.0, "0"), (f"GPU_group_{lr}_{pg}", 1.0, str(lr)),
-                                              (f"bundle_group_{lr}_{pg}", 0.001, "0"), (f"CPU_group_{pg}", 1.0, "0"),
-                                              (f"GPU_group_{pg}", 1.0, str(lr)), (f"bundle_group_{pg}", 0.001, "0")):
-                        used[to_camel_case(res)] = {"resourceSlots": [{"allocation": amount, "slot": slot}]}
+                    if a.used_resources is None:
+                        lr, pg = a.local_rank, a.pg_id
+                        a.used_resources = {
+                            to_camel_case(res): {"resourceSlots": [{"allocation": amount, "slot": slot}]}
+                            for res, amount, slot in (
+                                (f"CPU_group_{lr}_{pg}", 1.0, "0"), (f"GPU_group_{lr}_{pg}", 1.0, str(lr)),
+                                (f"bundle_group_{lr}_{pg}", 0.001, "0"), (f"CPU_group_{pg}", 1.0, "0"),
+                                (f"GPU_group_{pg}", 1.0, str(lr)), (f"bundle_group_{pg}", 0.001, "0"))}
+                    used = a.used_resources
                 elif a.role == "taskrunner":
                     running, executed = 1, 1
                     pending = len(c.groups["main"]) if mode == "waiting" else 0
@@ -1609,8 +1648,8 @@ class NodeSnapshot:
         cpu_sum = sum(st["cpuPercent"] for _, st in procs)
         node_cpu = round(min(100.0, cpu_sum / cfg.cpus_per_node + 1.0 + nz), 1)
         up = t - n.boot
-        agent = next(({**st, "gpuMemoryUsage": None, "gpuUtilization": None} for p, st in procs
-                      if p.kind == "agent"), None)
+        agent = next(({**st, "cmdline": self._cmdline(p), "gpuMemoryUsage": None, "gpuUtilization": None}
+                      for p, st in procs if p.kind == "agent"), None)
         now = round(t - 0.7 * _u(seed, 52, n.idx), 6)
         d = {
             "now": now,
@@ -1666,11 +1705,16 @@ class NodeSnapshot:
         return got
 
     def summary(self) -> list[dict]:
-        if self._summary_all is None:
-            self._summary_all = [self.summary_entry(n) for n in self.c.nodes]
-        return self._summary_all
+        with self.c._lock:  # builders run in executor threads; one at a time keeps the lazy caches sane
+            if self._summary_all is None:
+                self._summary_all = [self.summary_entry(n) for n in self.c.nodes]
+            return self._summary_all
 
     def logical_resources(self) -> dict[str, str]:
+        with self.c._lock:
+            return self._logical_resources()
+
+    def _logical_resources(self) -> dict[str, str]:
         cfg = self.c.config
         out = {}
         for n in self.c.nodes:
@@ -1690,6 +1734,10 @@ class NodeSnapshot:
 
     def detail(self, n: NodeInfo) -> dict:
         """/nodes/{id} data.detail: summary dict minus coreWorkersStats, plus workers[] and actors{}."""
+        with self.c._lock:
+            return self._detail(n)
+
+    def _detail(self, n: NodeInfo) -> dict:
         phys = self._physical(n)
         procs = self._proc_stats(n)
         cws = self._core_worker_stats(n) if self.c.config.worker_core_stats else {}
@@ -1698,7 +1746,7 @@ class NodeSnapshot:
             if p.kind == "vllm_child":
                 continue  # not reported by the raylet
             cw = cws.get(p.pid)
-            workers.append({**st, "coreWorkerStats": [cw] if cw else [], "language": "PYTHON",
+            workers.append({**st, "cmdline": self._cmdline(p), "coreWorkerStats": [cw] if cw else [], "language": "PYTHON",
                             "jobId": cw["jobId"] if cw else "ffff"})
         out: dict = {}
         for k, v in phys.items():
@@ -1707,10 +1755,14 @@ class NodeSnapshot:
                 out["raylet"] = self._raylet(n, with_core_workers=False)
             else:
                 out[k] = v
-        out["actors"] = {a.actor_id: self.logical_actor(a) for a in n.actors}
+        out["actors"] = {a.actor_id: self._logical_actor(a) for a in n.actors}
         return out
 
     def logical_actor(self, a: Actor) -> dict:
+        with self.c._lock:
+            return self._logical_actor(a)
+
+    def _logical_actor(self, a: Actor) -> dict:
         got = self._logical.get(a.idx)
         if got is not None:
             return got
@@ -1739,7 +1791,8 @@ class NodeSnapshot:
                 d.update(cw)
                 d["gpus"] = [g for g in self._gpus[n.idx]
                              if any(pp["pid"] == a.proc.pid for pp in g["processesPids"])]
-                d["processStats"] = next((st for p, st in procs if p is a.proc), None)
+                d["processStats"] = next(({**st, "cmdline": self._cmdline(p)} for p, st in procs if p is a.proc),
+                                         None)
         d["mem"] = self._physical_mem(n)
         d["tpus"] = []
         self._logical[a.idx] = d
