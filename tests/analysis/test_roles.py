@@ -54,7 +54,7 @@ def test_colocated_roles_longest_prefix_first():
     assert R.roles_from_methods(methods) == ("actor_rollout_ref", "actor_rollout", "critic", "ref", "rm")
     assert R.split_role("actor_rollout_ref_update_actor") == ("actor_rollout_ref", "update_actor")
     assert R.active_role("colocated", ("actor_rollout", "critic"), "critic_update_critic", None) == "critic"
-    assert R.active_role("colocated", ("actor_rollout", "critic"), None, "critic_compute_values") == "critic"
+    assert R.active_role("colocated", (), None, "critic_compute_values") == "critic"
     assert R.active_role("colocated", ("actor_rollout", "critic"), None, None) == "actor_rollout"
 
 

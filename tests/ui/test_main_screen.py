@@ -34,6 +34,10 @@ async def test_rows_grouped_and_keys(replay):
         t = await wait_rows(pilot, app, 5)
         keys = [k.value for k in t.rows]
         assert keys[0] == "grp:group:controller" and keys[2] == "grp:group:abcd"
+        head = [str(c) for c in t.get_row("grp:group:abcd")]
+        assert head[0] == "▼ abcd" and head[-1] == "2 actors  2 stalled" and "actor_rollout" in head
+        r0 = [str(c) for c in t.get_row(keys[3])]
+        assert r0[:5] == ["actor_rollout", "0", "192.0.2.2", "2120", "0"] and "MAX" in r0[5]
         # move to rank 1, survive refreshes
         await pilot.press("j", "j", "j", "j")
         assert t.selected_key() == keys[4]

@@ -162,14 +162,17 @@ def roles_from_methods(methods: Iterable[str]) -> tuple[str, ...]:
 
 
 def active_role(base: str, roles: tuple[str, ...], running_method: str | None, last_method: str | None) -> str:
-    """The role of the running task (or the last one), else the worker's main role."""
+    """The role of the running task, else the worker's main role (the last task's role when its roles are
+    not known yet). An idle worker keeps one stable role, so rows do not flicker between roles."""
     if base != "colocated":
         return base
-    for m in (running_method, last_method):
-        r, _ = split_role(m)
-        if r:
-            return r
-    return roles[0] if roles else "other"
+    r, _ = split_role(running_method)
+    if r:
+        return r
+    if roles:
+        return roles[0]
+    r, _ = split_role(last_method)
+    return r or "other"
 
 
 @lru_cache(maxsize=4096)

@@ -83,6 +83,8 @@ class Collector:
         self.paused = False
         self.truncated: str | None = None
         self.seeded = False
+        # set by the UI, in screen order: node details for rows on screen come first
+        self.visible_nodes: dict[str, None] = {}
 
     # ---------------------------------------------------------- one-shot
 
@@ -93,7 +95,7 @@ class Collector:
             jobs.append(self._seed_history())
         await asyncio.gather(*jobs)
         await self._poll_local()
-        await self._poll_node_details()
+        await self._poll_node_details(all_nodes=True)
 
     async def _seed_history(self) -> None:
         r = await D.fetch_finished_tasks(self.client, timeout_s=self.iv.timeout_s)
@@ -230,17 +232,32 @@ class Collector:
     def _actors_on(self, node_ids: frozenset[str] | set[str]) -> list[RawActor]:
         return [a for a in (self.src.actors.value or []) if a.node_id in node_ids and a.state == "ALIVE"]
 
-    async def _poll_node_details(self) -> None:
-        """Per-worker CPU/RSS of remote nodes that host actors; a bounded number per cycle."""
+    async def _poll_node_details(self, all_nodes: bool = False) -> None:
+        """Per-worker CPU/RSS of remote nodes that host actors. Nodes whose rows are on screen come first;
+        at most ``max_node_details`` requests per cycle (``all_nodes`` for one-shot snapshots)."""
         local = self.local_node_ids() if self.use_local else frozenset()
-        wanted = sorted({a.node_id for a in self._actors_on(_all_ids(self)) if a.node_id not in local})
+        wanted = sorted({a.node_id for a in self._actors_on(_all_ids(self)) if a.node_id and a.node_id not in local})
         if not wanted:
             return
-        n = min(len(wanted), self.iv.max_node_details)
-        start = self._detail_cursor % len(wanted)
-        pick = (wanted + wanted)[start : start + n]
-        self._detail_cursor += n
-        results = await asyncio.gather(*(D.fetch_node_detail(self.client, nid, self.iv.timeout_s) for nid in pick))
+        if all_nodes:
+            pick = wanted
+        else:
+            wanted_set = set(wanted)
+            shown = [n for n in self.visible_nodes if n in wanted_set]  # screen order, top first
+            rest = [n for n in wanted if n not in self.visible_nodes]
+            n = max(self.iv.max_node_details, min(32, len(shown)))
+            pick = shown[:n]
+            if len(pick) < n and rest:
+                start = self._detail_cursor % len(rest)
+                pick += (rest + rest)[start : start + n - len(pick)]
+                self._detail_cursor += n - len(shown[:n])
+        sem = asyncio.Semaphore(self.iv.max_node_details)
+
+        async def one(nid: str) -> D.Result:
+            async with sem:
+                return await D.fetch_node_detail(self.client, nid, self.iv.timeout_s)
+
+        results = await asyncio.gather(*(one(nid) for nid in pick))
         for nid, r in zip(pick, results, strict=True):
             if r.ok and r.value is not None:
                 self.node_details[nid] = r.value

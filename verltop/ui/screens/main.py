@@ -77,6 +77,9 @@ class MainScreen(Screen):
             return
         self.table.apply(layout_rows(snap, self.grouping, self.sort, self.filter_rx, self.filter_invert))
         self._show_selection()
+        node_of = {a.actor_id: a.node_id for a in snap.actors}
+        self.app.collector.visible_nodes = {node_of[k]: None for k in self.table.visible_actor_rows()
+                                            if node_of.get(k)}
         empty = not snap.actors
         if empty and snap.errors == []:
             self.message("no actors in this Ray cluster yet")

@@ -102,7 +102,7 @@ def _role_text(a: ActorRow) -> Text:
 def actor_cells(a: ActorRow) -> tuple:
     dim = a.state != "ALIVE"
     stalled = a.stalled
-    rank = "-" if a.rank is None else (f"{a.rank}/{a.world_size}" if a.world_size else str(a.rank))
+    rank = "-" if a.rank is None else str(a.rank)  # the world size is on the group row
     # the ROLE column already says the role: show the bare method
     task = Text(_bare(a.task, a.role) or "-", style="bold" if stalled else "")
     why = Text(", ".join(stall_tag(x) for x in a.stalls), style="bold red" if stalled else "")
@@ -149,7 +149,14 @@ def header_cells(name: str, members: list[ActorRow], grouping: str) -> tuple:
     if grouping == "group" and members[0].worker_group:
         roles = sorted({r for m in members for r in m.roles})
         what = Text("+".join(roles), style="cyan")
-    info = Text(f"{len(members)} actor{'s' if len(members) != 1 else ''}", style="grey70")
+    worlds = {m.world_size for m in members if m.world_size}
+    n = len(members)
+    if len(worlds) == 1 and members[0].worker_group:
+        w = worlds.pop()
+        count = f"{n} ranks" if w == n else f"{n} of {w} ranks"
+    else:
+        count = f"{n} actor{'s' if n != 1 else ''}"
+    info = Text(count, style="grey70")
     if stalled:
         info.append(f"  {stalled} stalled", style="bold red")
     if dead:
@@ -307,6 +314,10 @@ class ActorTable(DataTable):
             if cur is not None and cur in self._index:
                 self.move_cursor(row=self._index[cur], animate=False, scroll=False)
             self.scroll_to(y=scroll, animate=False)
+
+    def visible_actor_rows(self) -> list[str]:
+        vis = self._visible()
+        return [k for i, k in enumerate(self._shown) if i in vis and not k.startswith("grp:")]
 
     def selected_key(self) -> str | None:
         if not self._shown or self.cursor_row < 0 or self.cursor_row >= len(self._shown):
