@@ -65,7 +65,7 @@ thread = st.fixed_dictionaries({}, optional={"thread_id": json_values, "thread_n
 @settings(max_examples=300, deadline=None)
 @given(st.lists(thread | json_values, max_size=4) | json_values, st.floats(allow_nan=True) | st.none())
 def test_pyspy_json_and_analysis_total(doc, gpu):
-    threads, err = parse_json(json.dumps(doc, default=str))
+    threads, _err = parse_json(json.dumps(doc, default=str))
     t = task_thread(threads)
     blocked_on(t, gpu)
 

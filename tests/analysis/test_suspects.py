@@ -6,8 +6,8 @@ from tests.analysis.helpers import controller_in_get, in_collective, row, sleepi
 from tests.conftest import FIX, load
 from verltop.analysis.dump import analyse
 from verltop.analysis.watchdog import parse_watchdog
-from verltop.sources.pyspy_parse import parse_json
 from verltop.model import ProcessDump
+from verltop.sources.pyspy_parse import parse_json
 
 
 def ids(report):

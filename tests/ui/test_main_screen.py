@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
-import pytest
 from aiohttp import web
 
 from verltop.analysis.stalls import StallSettings
@@ -52,7 +49,7 @@ async def test_rows_grouped_and_keys(replay):
         await pilot.press("g")
         assert "grp:role:actor_rollout" in [k.value for k in t.rows]
         await pilot.press("g")
-        assert [k.value for k in t.rows][0] == "grp:node:192.0.2.2"
+        assert next(k.value for k in t.rows) == "grp:node:192.0.2.2"
         await pilot.press("g")
         assert [k.value for k in t.rows] == keys
         # filter to rank rows of the actor group, then clear
@@ -60,7 +57,7 @@ async def test_rows_grouped_and_keys(replay):
         for ch in "update":
             await pilot.press(ch)
         await pilot.press("enter")
-        assert [k.value for k in t.rows][0] == "grp:group:abcd" and t.row_count == 3
+        assert next(k.value for k in t.rows) == "grp:group:abcd" and t.row_count == 3
         await pilot.press("escape")
         assert t.row_count == 5
         # help opens and closes
@@ -73,7 +70,7 @@ async def test_rows_grouped_and_keys(replay):
 async def test_details_shows_log_tail(replay):
     app = make_app(replay.url)
     async with app.run_test(size=(160, 40)) as pilot:
-        t = await wait_rows(pilot, app, 5)
+        await wait_rows(pilot, app, 5)
         await pilot.press("j", "j", "j")  # rank 0 of abcd
         await pilot.press("enter")
         assert type(app.screen).__name__ == "DetailsScreen"

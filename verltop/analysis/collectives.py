@@ -61,7 +61,7 @@ def _is_torch_dist(f: Frame) -> bool:
 
 
 def _is_ray_worker(f: Frame) -> bool:
-    return f.file.endswith("ray/_private/worker.py") or f.file == "worker.py" and "ray" in (f.module or "")
+    return f.file.endswith("ray/_private/worker.py") or (f.file == "worker.py" and "ray" in (f.module or ""))
 
 
 def task_thread(threads: tuple[ThreadStack, ...]) -> ThreadStack | None:

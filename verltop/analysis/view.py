@@ -64,7 +64,6 @@ def build_snapshot(
 ) -> Snapshot:
     """Everything the table shows, from raw data and history. Pure: no I/O, no clock."""
     cfg = cfg or StallSettings()
-    by_id = {a.actor_id: a for a in data.actors}
     nodes = {n.node_id: n for n in data.nodes}
     tasks_by_actor: dict[str, list[RawTask]] = {}
     for t in data.tasks:

@@ -48,7 +48,7 @@ def op_name(op_type: str) -> str:
 
 def parse_watchdog(text: str) -> CollectiveInfo | None:
     """The latest watchdog facts in one log tail, or None when there are none."""
-    if not text or "NCCL" not in text and "WorkNCCL" not in text:
+    if not text or ("NCCL" not in text and "WorkNCCL" not in text):
         return None
     op = seq = numel = timeout = enq = comp = None
     pg = None

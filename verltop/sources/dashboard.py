@@ -86,7 +86,7 @@ async def fetch_finished_tasks(client: DashboardClient, limit: int = 2000, timeo
     if not reply.ok:
         return _fail(reply, now)
     try:
-        rows, lr = parse.tasks(parse.loads(reply.body or ""))
+        rows, _lr = parse.tasks(parse.loads(reply.body or ""))
     except parse.ParseError as e:
         return Result(None, str(e), now, reply.elapsed_s)
     return Result(rows, None, now, reply.elapsed_s)

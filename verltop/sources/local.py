@@ -156,7 +156,7 @@ class LocalSampler:
                 for p in getattr(nv, getter)(h):
                     used = getattr(p, "usedGpuMemory", None)
                     procs[int(p.pid)] = int(used) if isinstance(used, int) else None
-            except Exception:  # noqa: BLE001,S112 - either list may be unsupported
+            except Exception:  # noqa: BLE001 - either list may be unsupported
                 continue
         sm: dict[int, float] = {}
         try:

@@ -11,10 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from verltop.analysis import roles as R
 from verltop.analysis.history import TaskHistory
 from verltop.analysis.stalls import StallSettings
 from verltop.analysis.view import ClusterData, build_snapshot, group_key, running_task_rows
-from verltop.analysis import roles as R
 from verltop.model import Node, ProcStat, RawActor, RawTask, Snapshot, SourceStatus
 from verltop.sources import dashboard as D
 from verltop.sources.config import Endpoint

@@ -133,6 +133,6 @@ class ProbePool:
         for a in self._actors.values():
             try:
                 ray.kill(a)
-            except Exception:  # noqa: BLE001,S110 - already gone
+            except Exception:  # noqa: BLE001 - already gone
                 pass
         self._actors.clear()

@@ -16,7 +16,7 @@ def header_text(s: Snapshot | None, paused: bool, width: int = 160, first_error:
     t = Text()
     if s is None:
         t.append("verltop ", style="bold")
-        t.append("connecting to the dashboard…" if not first_error else first_error,
+        t.append(first_error if first_error else "connecting to the dashboard…",
                  style="grey70" if not first_error else "bold yellow")
         return t
     alive_nodes = [n for n in s.nodes if n.state == "ALIVE"]

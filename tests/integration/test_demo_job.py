@@ -1,0 +1,157 @@
+"""The demo job seen through the Ray dashboard HTTP API, as verltop sees it (no ray import in the checks).
+
+Healthy-job tests come first; the ``hung_demo`` tests come last (see conftest.py for the contract).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.ray
+
+WORKER_DICT = "create_colocated_worker_cls.<locals>.WorkerDict"
+NAME_RE = re.compile(r"^(?P<prefix>[A-Za-z0-9]{6})WorkerDict_(?P<pg>\d+):(?P<local_rank>\d+)$")
+PHASES = [
+    "WorkerDict.actor_rollout_generate_sequences",
+    "WorkerDict.rm_compute_rm_score",
+    "WorkerDict.actor_rollout_compute_log_prob",
+    "WorkerDict.ref_compute_ref_log_prob",
+    "WorkerDict.critic_compute_values",
+    "WorkerDict.critic_update_critic",
+    "WorkerDict.actor_rollout_update_actor",
+    "WorkerDict.actor_rollout_update_weights",
+]
+# Phases long enough (>= ~0.5 s on every rank) to be caught RUNNING by a 0.5 s poll.
+LONG_PHASES = {
+    "WorkerDict.actor_rollout_generate_sequences",
+    "WorkerDict.actor_rollout_compute_log_prob",
+    "WorkerDict.critic_update_critic",
+    "WorkerDict.actor_rollout_update_actor",
+}
+UPDATE_ACTOR = "WorkerDict.actor_rollout_update_actor"
+
+
+def _env(actor: dict[str, Any]) -> dict[str, str]:
+    return json.loads(actor.get("serialized_runtime_env") or "{}").get("env_vars", {})
+
+
+def test_dashboard_needs_the_token(demo, dashboard):
+    if demo.token is None:
+        pytest.skip("token auth is off (RAY_AUTH_MODE set to something other than token)")
+    assert dashboard.raw("/api/v0/actors", token=None)[0] == 401
+    assert dashboard.raw("/api/v0/actors", token="0" * 64)[0] == 403  # a wrong token is 403, not 401
+    assert dashboard.raw("/api/v0/actors")[0] == 200
+    assert "token" not in repr(demo) and demo.token not in repr(demo)
+
+
+def test_worker_dict_actors(dashboard):
+    actors = [a for a in dashboard.rows("actors", detail="true") if a["state"] == "ALIVE"]
+    classes = Counter(a["class_name"] for a in actors)
+    assert classes == {WORKER_DICT: 8, "TaskRunner": 1}, classes
+
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for a in actors:
+        if a["class_name"] != WORKER_DICT:
+            continue
+        m = NAME_RE.match(a["name"])
+        assert m, a["name"]
+        env = _env(a)
+        assert {"RANK", "WORLD_SIZE", "WG_PREFIX", "MASTER_ADDR", "MASTER_PORT"} <= env.keys(), env
+        assert env["WG_PREFIX"] == m["prefix"]
+        # One placement group per pool on one node: RANK = local_rank.
+        assert m["pg"] == "0" and env["RANK"] == m["local_rank"]
+        assert a["placement_group_id"]
+        groups.setdefault(env["WG_PREFIX"], []).append(a)
+
+    sizes = sorted(len(g) for g in groups.values())
+    assert sizes == [2, 2, 4], sizes
+    for members in groups.values():
+        envs = [_env(a) for a in members]
+        assert {e["WORLD_SIZE"] for e in envs} == {str(len(members))}
+        assert sorted(int(e["RANK"]) for e in envs) == list(range(len(members)))
+        assert len({e["MASTER_PORT"] for e in envs}) == 1  # one gloo group per WorkerDict group
+
+    runner = next(a for a in actors if a["class_name"] == "TaskRunner")
+    assert runner["name"] == ""  # verl's TaskRunner is unnamed
+
+
+def test_running_tasks_cycle_through_phases(demo, dashboard):
+    # A full step is ~10 s; returns from start_demo at the start of step 1.
+    seen: set[str] = set()
+    deadline = time.monotonic() + 40
+    while not (seen >= LONG_PHASES and demo.progress().get("step", 0) >= 2) and time.monotonic() < deadline:
+        # Right after start, actor creation tasks ("<name>:WorkerDict.__init__") can still read RUNNING
+        # (task events reach GCS in batches); phases are the ACTOR_TASK rows.
+        names = {t["name"] for t in dashboard.running_tasks() if t["type"] == "ACTOR_TASK"}
+        assert "TaskRunner.run" in names
+        seen |= names
+        time.sleep(0.5)
+    assert seen >= LONG_PHASES, f"missing {LONG_PHASES - seen}; seen {sorted(seen)}"
+    # init_model rows may lag the same way at the start.
+    extra = {n for n in seen - set(PHASES) - {"TaskRunner.run"} if not n.endswith("_init_model")}
+    assert not extra, extra
+
+    # Short phases may fall between polls, but each has run by now (finished attempts are listed too).
+    all_names = Counter(t["name"] for t in dashboard.rows("tasks", limit=10000))
+    for phase in PHASES:
+        assert all_names[phase] > 0, f"{phase} never ran: {sorted(all_names)}"
+    # init_model ran once in every process of every role; get_master_addr_port once per group.
+    assert all_names["WorkerDict.critic_init_model"] == 4
+    assert all_names["WorkerDict.actor_rollout_init_model"] == 4
+    assert all_names["WorkerDict.ref_init_model"] == 2
+    assert all_names["WorkerDict.rm_init_model"] == 2
+    assert all_names["get_master_addr_port"] == 3
+
+
+def test_hang_blocks_peers_in_update_actor(hung_demo, dashboard):
+    marker = hung_demo.hang_info()
+    assert marker and marker["rank"] == 2, marker
+    actors = {a["actor_id"]: a for a in dashboard.rows("actors", detail="true")}
+
+    def stuck() -> dict[str, int]:
+        """task_id -> RANK of RUNNING update_actor tasks."""
+        return {t["task_id"]: int(_env(actors[t["actor_id"]])["RANK"])
+                for t in dashboard.running_tasks() if t["name"] == UPDATE_ACTOR}
+
+    deadline = time.monotonic() + 30
+    first = stuck()
+    while len(first) < 4 and time.monotonic() < deadline:  # task events reach GCS about once a second
+        time.sleep(1)
+        first = stuck()
+    assert sorted(first.values()) == [0, 1, 2, 3], first
+    time.sleep(6)
+    assert stuck() == first, "the same update_actor attempts must still be RUNNING"
+    assert "TaskRunner.run" in {t["name"] for t in dashboard.running_tasks()}
+    progress = hung_demo.progress()
+    assert progress["phase"] == "update_actor" and progress["hanging"], progress
+
+
+def test_hang_stacks_through_dashboard(hung_demo, dashboard):
+    status, body = dashboard.raw("/api/profiling_enabled")
+    assert status == 200 and json.loads(body)["data"]["profilingEnabled"], body
+    node_id = dashboard.rows("nodes")[0]["node_id"]
+    pids = hung_demo.worker_pids()
+    marker = hung_demo.hang_info()
+    assert marker, "not hung"
+
+    def stack(pid: int) -> str:
+        status, body = dashboard.raw("/worker/traceback", pid=pid, node_id=node_id, timeout=60)
+        text = body.decode(errors="replace")
+        if status == 500 and "permission" in text.lower():
+            pytest.skip(f"py-spy may not attach here: {text[:200]}")
+        assert status == 200, text[:300]
+        return text
+
+    assert "_stuck_rollout" in stack(marker["pid"])
+    peers = [p for p, info in pids.items() if info["role"] in ("actor_rollout", "critic") and p != marker["pid"]]
+    assert len(peers) == 3
+    peer = stack(peers[0])
+    assert "all_reduce" in peer and "update_actor" in peer, peer
+    runner = next(p for p, info in pids.items() if info["role"] == "task_runner")
+    assert "TaskRunner.run" in stack(runner)
