@@ -250,33 +250,38 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _kill_leftovers(pids: dict[int, dict[str, Any]], grace_s: float = 1.0) -> None:
-    """SIGKILL demo workers still alive ``grace_s`` after ray.shutdown().
+def _kill_leftovers(pids: dict[int, dict[str, Any]], grace_s: float = 0.5) -> None:
+    """SIGKILL demo workers still alive ``grace_s`` after ray.shutdown(), then wait until they are reaped.
 
-    Measured on Ray 2.60: WorkerDict processes spin for ~5 s after their raylet is gone before exiting,
-    hung ones included; nothing is gained by waiting for that.
+    Measured on Ray 2.60: once their raylet is gone, WorkerDict processes spin for ~5 s before exiting
+    (hung ones included), and an exiting process has an empty cmdline, so they are identified up front.
     """
     import psutil
 
-    def alive() -> list[int]:
+    procs: list[psutil.Process] = []
+    for pid in pids:
+        with contextlib.suppress(psutil.Error, IndexError):
+            p = psutil.Process(pid)
+            if p.cmdline()[0].startswith("ray::"):  # a Ray worker, not a reused pid
+                procs.append(p)
+
+    def running() -> list[psutil.Process]:
         out = []
-        for pid in pids:
-            with contextlib.suppress(psutil.Error, IndexError):
-                p = psutil.Process(pid)
-                # Only processes Ray titled ray::...; guards against a reused pid. Zombies are dead already.
-                if p.status() != psutil.STATUS_ZOMBIE and p.cmdline()[0].startswith("ray::"):
-                    out.append(pid)
+        for p in procs:
+            with contextlib.suppress(psutil.Error):
+                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:  # is_running() checks create time
+                    out.append(p)
         return out
 
     deadline = time.monotonic() + grace_s
-    while (left := alive()) and time.monotonic() < deadline:
+    while (left := running()) and time.monotonic() < deadline:
         time.sleep(0.1)
-    if not left:
-        return
-    for pid in left:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-    log.info("verltop demo: killed %d worker(s) left after ray.shutdown()", len(left))
-    deadline = time.monotonic() + 3
-    while alive() and time.monotonic() < deadline:
+    for p in left:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    if left:
+        log.info("verltop demo: killed %d worker(s) left after ray.shutdown()", len(left))
+    # Orphans are reaped by init; wait a little so that `ps` is clean when stop() returns.
+    deadline = time.monotonic() + 5
+    while any(p.is_running() for p in procs) and time.monotonic() < deadline:
         time.sleep(0.1)

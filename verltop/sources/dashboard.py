@@ -46,31 +46,33 @@ def _filters(*kv: tuple[str, str, str]) -> list[tuple[str, str]]:
     return out
 
 
-async def fetch_actors(client: DashboardClient, timeout_s: float = 10.0) -> Result[list[RawActor]]:
-    """Every actor with detail (runtime env rank keys, death cause). Dead actors are included: a dead
-    rank is the first thing a user looks for."""
-    params = [("detail", "1"), ("limit", str(LIMIT)), ("timeout", str(int(max(1, timeout_s))))]
+async def fetch_actors(client: DashboardClient, timeout_s: float = 10.0, detail: bool = True
+                       ) -> Result[list[RawActor]]:
+    """Every actor; with ``detail``, also the runtime env's rank keys and the death cause (5x the bytes).
+    Dead actors are included: a dead rank is the first thing a user looks for."""
+    params = [("detail", "1" if detail else "0"), ("limit", str(LIMIT)), ("timeout", str(int(max(1, timeout_s))))]
     reply = await client.get("/api/v0/actors", params, timeout_s + 2)
     now = time.time()
     if not reply.ok:
         return _fail(reply, now)
     try:
-        rows, lr = parse.actors(parse.loads(reply.body or ""))
+        rows, lr = parse.actors(parse.loads(reply.body or b""))
     except parse.ParseError as e:
         return Result(None, str(e), now, reply.elapsed_s)
     return Result(rows, None, now, reply.elapsed_s, _trunc_note("actors", lr))
 
 
-async def fetch_running_tasks(client: DashboardClient, timeout_s: float = 10.0) -> Result[list[RawTask]]:
-    """RUNNING tasks with start times; the state filter is evaluated in GCS, so this stays small."""
-    params = [("detail", "1"), ("limit", str(LIMIT)), ("timeout", str(int(max(1, timeout_s))))]
+async def fetch_running_tasks(client: DashboardClient, timeout_s: float = 10.0, detail: bool = True
+                              ) -> Result[list[RawTask]]:
+    """RUNNING tasks (the state filter is evaluated in GCS); ``detail`` adds start times (3x the bytes)."""
+    params = [("detail", "1" if detail else "0"), ("limit", str(LIMIT)), ("timeout", str(int(max(1, timeout_s))))]
     params += _filters(("state", "=", "RUNNING"))
     reply = await client.get("/api/v0/tasks", params, timeout_s + 2)
     now = time.time()
     if not reply.ok:
         return _fail(reply, now)
     try:
-        rows, lr = parse.tasks(parse.loads(reply.body or ""))
+        rows, lr = parse.tasks(parse.loads(reply.body or b""))
     except parse.ParseError as e:
         return Result(None, str(e), now, reply.elapsed_s)
     return Result([t for t in rows if t.state == "RUNNING"], None, now, reply.elapsed_s, _trunc_note("tasks", lr))
@@ -86,7 +88,7 @@ async def fetch_finished_tasks(client: DashboardClient, limit: int = 2000, timeo
     if not reply.ok:
         return _fail(reply, now)
     try:
-        rows, _lr = parse.tasks(parse.loads(reply.body or ""))
+        rows, _lr = parse.tasks(parse.loads(reply.body or b""))
     except parse.ParseError as e:
         return Result(None, str(e), now, reply.elapsed_s)
     return Result(rows, None, now, reply.elapsed_s)
@@ -99,7 +101,7 @@ async def fetch_nodes(client: DashboardClient, timeout_s: float = 10.0) -> Resul
     if not reply.ok:
         return _fail(reply, now)
     try:
-        return Result(parse.state_nodes(parse.loads(reply.body or "")), None, now, reply.elapsed_s)
+        return Result(parse.state_nodes(parse.loads(reply.body or b"")), None, now, reply.elapsed_s)
     except parse.ParseError as e:
         return Result(None, str(e), now, reply.elapsed_s)
 
@@ -110,7 +112,7 @@ async def fetch_nodes_summary(client: DashboardClient, timeout_s: float = 10.0) 
     if not reply.ok:
         return _fail(reply, now)
     try:
-        return Result(parse.nodes_summary(parse.loads(reply.body or ""), now), None, now, reply.elapsed_s)
+        return Result(parse.nodes_summary(parse.loads(reply.body or b""), now), None, now, reply.elapsed_s)
     except parse.ParseError as e:
         return Result(None, str(e), now, reply.elapsed_s)
 
@@ -121,7 +123,7 @@ async def fetch_node_detail(client: DashboardClient, node_id: str, timeout_s: fl
     if not reply.ok:
         return _fail(reply, now)
     try:
-        node = parse.node_detail(parse.loads(reply.body or ""), now)
+        node = parse.node_detail(parse.loads(reply.body or b""), now)
     except parse.ParseError as e:
         return Result(None, str(e), now, reply.elapsed_s)
     if node is None:
@@ -138,7 +140,7 @@ async def fetch_log_tail(
     now = time.time()
     if not reply.ok:
         return _fail(reply, now)
-    return Result(reply.body or "", None, now, reply.elapsed_s)
+    return Result(reply.text, None, now, reply.elapsed_s)
 
 
 async def fetch_traceback(
@@ -150,7 +152,7 @@ async def fetch_traceback(
     now = time.time()
     if not reply.ok:
         return _fail(reply, now)
-    return Result(reply.body or "", None, now, reply.elapsed_s)
+    return Result(reply.text, None, now, reply.elapsed_s)
 
 
 async def fetch_auth_mode(client: DashboardClient, timeout_s: float = 5.0) -> Result[str]:
@@ -159,6 +161,6 @@ async def fetch_auth_mode(client: DashboardClient, timeout_s: float = 5.0) -> Re
     if not reply.ok:
         return _fail(reply, now)
     try:
-        return Result(parse.auth_mode(parse.loads(reply.body or "")), None, now, reply.elapsed_s)
+        return Result(parse.auth_mode(parse.loads(reply.body or b"")), None, now, reply.elapsed_s)
     except parse.ParseError as e:
         return Result(None, str(e), now, reply.elapsed_s)

@@ -35,7 +35,7 @@ class Reply:
     """One answer: ``body`` on success, else a one-line ``error`` (never both)."""
 
     status: int | None
-    body: str | None
+    body: bytes | None
     error: str | None
     elapsed_s: float
     retry_after_s: float | None = None
@@ -43,6 +43,10 @@ class Reply:
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def text(self) -> str:
+        return (self.body or b"").decode("utf-8", "replace")
 
 
 class DashboardClient:
@@ -89,7 +93,7 @@ class DashboardClient:
                 async with session.get(
                     url, params=params, timeout=aiohttp.ClientTimeout(total=timeout_s), allow_redirects=False
                 ) as resp:
-                    body = await resp.text(errors="replace")
+                    body = await resp.read()
                     status = resp.status
                     retry = resp.headers.get("Retry-After")
         except asyncio.TimeoutError:
@@ -106,7 +110,8 @@ class DashboardClient:
         dt = time.monotonic() - t0
         if 200 <= status < 300:
             return Reply(status, body, None, dt)
-        return Reply(status, None, self.status_error(status, body, path), dt, _retry_after(retry, status))
+        return Reply(status, None, self.status_error(status, body.decode("utf-8", "replace"), path), dt,
+                     _retry_after(retry, status))
 
     def status_error(self, status: int, body: str, path: str) -> str:
         text = _one_line(body)[:160]

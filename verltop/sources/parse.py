@@ -40,9 +40,15 @@ class ListResult:
     warning: str | None
 
 
+try:  # 2-3x faster on the multi-MB answers of a 1,000-GPU cluster; the stdlib does the same job
+    from orjson import loads as _fast_loads
+except ImportError:  # pragma: no cover
+    _fast_loads = json.loads
+
+
 def loads(text: str | bytes) -> Any:
     try:
-        return json.loads(text)
+        return _fast_loads(text)
     except (ValueError, TypeError) as e:
         snippet = text[:40] if isinstance(text, str) else bytes(text[:40]).decode("utf-8", "replace")
         kind = "HTML" if snippet.lstrip().startswith("<") else "invalid JSON"
