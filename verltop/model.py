@@ -8,7 +8,7 @@ onto the JSON contracts in the README.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 # Exact role vocabulary of the design; scripts match on these strings.
 ROLES = (
@@ -256,8 +256,9 @@ def node_json(n: Node) -> dict[str, Any]:
 # ---------------------------------------------------------------- stacks
 
 
-@dataclass(frozen=True, slots=True)
-class Frame:
+class Frame(NamedTuple):
+    """One stack frame. A named tuple: stacks of thousands of ranks are hashed and compared in C."""
+
     func: str
     file: str
     line: int | None

@@ -9,6 +9,7 @@ return at once; the rank then blocks at the next GPU-touching line (``y.sum().it
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from verltop.model import BlockedOn, Frame, ThreadStack
 
@@ -48,14 +49,18 @@ def leaf(name: str) -> str:
     return name.rsplit(".", 1)[-1]
 
 
+# Stacks of thousands of ranks repeat the same frames: classify each distinct frame once.
+@lru_cache(maxsize=65536)
 def is_native(f: Frame) -> bool:
     return bool(_NATIVE_FILE.search(f.file)) or (f.line is None and not f.file.endswith(".py"))
 
 
+@lru_cache(maxsize=65536)
 def is_wrapper(f: Frame) -> bool:
     return bool(_WRAPPER_FILES.search(f.file))
 
 
+@lru_cache(maxsize=65536)
 def _is_torch_dist(f: Frame) -> bool:
     return "torch/distributed/" in f.file or f.file.startswith("distributed_c10d")
 
@@ -125,4 +130,4 @@ def blocked_on(t: ThreadStack | None, gpu_util_percent: float | None = None,
 
 def stack_key(frames: tuple[Frame, ...]) -> tuple[tuple[str, str, int | None], ...]:
     """Identity of a stack for "did it move": Python frames with their lines."""
-    return tuple((f.func, f.file, f.line) for f in frames if not is_native(f))
+    return tuple(f for f in frames if not is_native(f))

@@ -67,14 +67,19 @@ class TreeNode:
 def build_tree(stacks: dict[str, tuple[Frame, ...]]) -> TreeNode:
     """Prefix tree, outermost frame first; every node knows which ranks passed through it."""
     root = TreeNode("")
+    kids: dict[int, dict[Frame, TreeNode]] = {}  # children by frame (a tuple: hashed in C)
     for label, frames in stacks.items():
         root.ranks.add(label)
         node = root
         for f in reversed(python_frames(frames)):
-            key = f.short()
-            child = node.children.get(key)
+            by_frame = kids.setdefault(id(node), {})
+            child = by_frame.get(f)
             if child is None:
-                child = node.children[key] = TreeNode(key)
+                key = f.short()
+                child = node.children.get(key)
+                if child is None:
+                    child = node.children[key] = TreeNode(key)
+                by_frame[f] = child
             child.ranks.add(label)
             node = child
     return root
@@ -122,7 +127,7 @@ def equivalence_classes(ranks: list[RankDump]) -> tuple[StackGroup, ...]:
     for r in ranks:
         if r.main is None:
             continue
-        key = tuple((f.func, f.file, f.line) for f in python_frames(r.main.frames))
+        key = python_frames(r.main.frames)
         classes.setdefault(key, []).append(r)
     groups = []
     for members in classes.values():

@@ -1,0 +1,372 @@
+"""verltop's speed, measured in one run on this machine, beside the tools people use today.
+
+    python scripts/bench.py            # everything (about 5 minutes on 2 cores)
+    python scripts/bench.py --quick    # shorter runs, no live Ray cluster
+
+Each figure is a real measurement: real processes, a real HTTP server (the synthetic Ray 2.60 dashboard of
+tests/fakeray, in its own process), real py-spy, and for the peer columns a real Ray cluster running the
+demo's verl job. Prints one table (Markdown) with targets and a PASS/MISS column.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+PY = sys.executable
+BIN = Path(PY).parent
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class FakeServer:
+    """The synthetic dashboard in a child process, so its CPU is not counted as verltop's."""
+
+    def __init__(self, nodes: int, gpus: int, extra: int = 0, hang_at: float | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        args = [PY, str(ROOT / "scripts" / "fake_dashboard.py"), "--nodes", str(nodes), "--gpus", str(gpus),
+                "--port", str(self.port), "--extra-actors", str(extra)]
+        if hang_at is not None:
+            args += ["--hang-at", str(hang_at)]
+        self.proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert self.proc.stdout is not None
+        first = self.proc.stdout.readline()
+        if "dashboard at" not in first:
+            raise RuntimeError(f"fake dashboard did not start: {first}")
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+# ------------------------------------------------------------------ child modes (run in a fresh process)
+
+
+def child_first_frame(url: str) -> None:
+    """Process start → first table rendered with rows, headless. Prints seconds."""
+    t_start = _process_start()
+    from verltop.sources.config import resolve
+    from verltop.ui.app import VerltopApp
+    from verltop.ui.widgets.actor_table import ActorTable
+
+    app = VerltopApp(resolve(url), use_local=False)
+
+    def check() -> None:
+        t = app.screen.query(ActorTable)
+        if t and t.first().row_count > 1:
+            print(json.dumps({"first_frame_s": time.time() - t_start}), flush=True)
+            app.exit()
+
+    app.call_later(lambda: app.set_interval(0.005, check))
+    app.run(headless=True, size=(160, 48))
+
+
+def child_refresh(url: str, seconds: float) -> None:
+    """Run the TUI headless for ``seconds``; report CPU per poll cycle, steady CPU %, peak RSS, key latency."""
+    from verltop.sources.config import resolve
+    from verltop.ui.app import VerltopApp
+    from verltop.ui.widgets.actor_table import ActorTable
+
+    async def run() -> dict:
+        app = VerltopApp(resolve(url), use_local=False)
+        async with app.run_test(size=(160, 48)) as pilot:
+            for _ in range(600):
+                await pilot.pause(0.05)
+                if app.screen.query_one(ActorTable).row_count > 1:
+                    break
+            await pilot.pause(4.0)  # past start-up (imports, first detail reads)
+            cpu0 = time.process_time()
+            w0 = time.monotonic()
+            polls0 = app.collector.src.tasks.tries
+            lat = []
+            while time.monotonic() - w0 < seconds:
+                await pilot.pause(0.5)
+                # a key while refreshes run: press, and wait until the screen has handled it
+                t0 = time.perf_counter()
+                await pilot.press("s")
+                lat.append((time.perf_counter() - t0) * 1000)
+            cpu = time.process_time() - cpu0
+            wall = time.monotonic() - w0
+            cycles = max(1, app.collector.src.tasks.tries - polls0)
+            return {"cpu_per_cycle_ms": cpu / cycles * 1000, "steady_cpu_pct": cpu / wall * 100,
+                    "cycles": cycles, "key_ms_median": statistics.median(lat), "key_ms_p95": _p95(lat),
+                    "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                    "build_ms": app.last_build_ms, "requests": app.collector.client.requests}
+
+    # the key presses themselves cost CPU; measure steady CPU in a second run without keys
+    print(json.dumps(asyncio.run(run())), flush=True)
+
+
+def child_idle_cpu(url: str, seconds: float) -> None:
+    from verltop.sources.config import resolve
+    from verltop.ui.app import VerltopApp
+
+    async def run() -> dict:
+        app = VerltopApp(resolve(url), use_local=False)
+        async with app.run_test(size=(160, 48)) as pilot:
+            await pilot.pause(6.0)
+            cpu0, w0 = time.process_time(), time.monotonic()
+            polls0 = app.collector.src.tasks.tries
+            await pilot.pause(seconds)
+            cpu, wall = time.process_time() - cpu0, time.monotonic() - w0
+            cycles = max(1, app.collector.src.tasks.tries - polls0)
+            return {"steady_cpu_pct": cpu / wall * 100, "cpu_per_cycle_ms": cpu / cycles * 1000,
+                    "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+    print(json.dumps(asyncio.run(run())), flush=True)
+
+
+def _p95(xs: list[float]) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(0.95 * len(xs)))] if xs else float("nan")
+
+
+def _process_start() -> float:
+    import psutil
+
+    return psutil.Process().create_time()
+
+
+def child(mode: str, *args: str) -> dict:
+    out = subprocess.run([PY, __file__, "--child", mode, *args], cwd=ROOT, capture_output=True, text=True,
+                         timeout=600)
+    for line in out.stdout.splitlines()[::-1]:
+        if line.startswith("{"):
+            return json.loads(line)
+    raise RuntimeError(f"child {mode} failed: {out.stderr[-2000:]}")
+
+
+# ------------------------------------------------------------------ measurements
+
+
+def bench_ui(quick: bool) -> list[tuple]:
+    rows = []
+    secs = 8.0 if quick else 20.0
+    sizes = [(8, 8, 0, "64"), (128, 8, 0, "1,024"), (128, 8, 8900, "10,000")]
+    for nodes, gpus, extra, label in sizes:
+        srv = FakeServer(nodes, gpus, extra)
+        try:
+            if label == "1,024":
+                ff = [child("first_frame", srv.url)["first_frame_s"] for _ in range(3)]
+                rows.append(("time to first frame (1,024 actors)", f"{statistics.median(ff):.2f} s", "≤ 1.0 s",
+                             statistics.median(ff) <= 1.0))
+            r = child("refresh", srv.url, str(secs))
+            idle = child("idle", srv.url, str(secs))
+        finally:
+            srv.stop()
+        target = {"64": None, "1,024": 50.0, "10,000": 300.0}[label]
+        rows.append((f"refresh cost per poll cycle, {label} actors (CPU)", f"{idle['cpu_per_cycle_ms']:.0f} ms",
+                     f"≤ {target:.0f} ms" if target else "-", None if target is None else idle["cpu_per_cycle_ms"] <= target))
+        rows.append((f"steady CPU, {label} actors, default intervals", f"{idle['steady_cpu_pct']:.1f} % of a core",
+                     "≤ 3 %" if label == "1,024" else "-", idle["steady_cpu_pct"] <= 3.0 if label == "1,024" else None))
+        rows.append((f"peak RSS, {label} actors", f"{max(r['rss_mb'], idle['rss_mb']):.0f} MB",
+                     "≤ 150 MB" if label == "1,024" else "-",
+                     max(r["rss_mb"], idle["rss_mb"]) <= 150 if label == "1,024" else None))
+        rows.append((f"key latency during refreshes, {label} actors (median / p95)",
+                     f"{r['key_ms_median']:.0f} / {r['key_ms_p95']:.0f} ms", "≤ 50 ms",
+                     r["key_ms_p95"] <= 50))
+    return rows
+
+
+def bench_merge() -> list[tuple]:
+    from tests.analysis.helpers import in_collective, row, sleeping
+    from verltop.analysis.dump import analyse
+    from verltop.analysis.merge import build_tree, render_tree
+
+    n = 4096
+    actors = [row(f"a{i}", f"g{i // 512}", i % 512) for i in range(n)]
+    samples = {f"a{i}": [sleeping() if i % 512 == 7 else in_collective("all_reduce")] * 2 for i in range(n)}
+    t = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        rep = analyse(actors, samples, 0.0)
+        lines = render_tree(build_tree({f"g{i // 512}:{i % 512}": r.stack for i, r in enumerate(rep.ranks)}))
+        t.append(time.perf_counter() - t0)
+    assert len(rep.suspects) == 8 and lines
+    ms = statistics.median(t) * 1000
+    return [("stack merge + suspects, 4,096 synthetic ranks", f"{ms:.0f} ms", "≤ 100 ms", ms <= 100)]
+
+
+def _spawn_ranks(n: int) -> list[subprocess.Popen]:
+    code = ("import time\ndef waiting_in_collective():\n    time.sleep(3600)\n"
+            "print('ready', flush=True)\nwaiting_in_collective()\n")
+    procs = [subprocess.Popen([PY, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(n)]
+    for p in procs:
+        p.stdout.readline()
+    return procs
+
+
+def bench_dump_local() -> list[tuple]:
+    from tests.analysis.helpers import row
+    from verltop.analysis.dump import analyse
+    from verltop.sources.stacks import DumpOptions, StackCapture, find_pyspy
+
+    pyspy = find_pyspy()
+    rows = []
+    for n in (8, 32, 64):
+        procs = _spawn_ranks(n)
+        try:
+            actors = [row(f"a{i}", "g", i, pid=p.pid) for i, p in enumerate(procs)]
+            ours = []
+            for _ in range(3):
+                t0 = time.perf_counter()
+                cap = StackCapture(None, frozenset(), DumpOptions(samples=1, via="local"))
+                s = asyncio.run(cap.capture(actors))
+                analyse(actors, s, time.time())
+                ours.append(time.perf_counter() - t0)
+            assert all(v[0].error is None for v in s.values())
+            t0 = time.perf_counter()
+            for p in procs:
+                subprocess.run([pyspy, "dump", "--pid", str(p.pid)], capture_output=True, check=True)
+            serial = time.perf_counter() - t0
+        finally:
+            for p in procs:
+                p.kill()
+                p.wait()
+        ours_s = statistics.median(ours)
+        target = "≤ 0.5 s" if n == 64 else "-"
+        rows.append((f"dump + analysis of {n} local ranks (serial py-spy loop)",
+                     f"{ours_s:.2f} s ({serial:.2f} s, {serial / ours_s:.1f}x)", target,
+                     ours_s <= 0.5 if n == 64 else None))
+    return rows
+
+
+def bench_live(quick: bool) -> list[tuple]:
+    """On the demo's real Ray cluster: verltop vs `ray list actors --detail` and vs the by-hand dump path."""
+    from verltop.demo.cluster import start_demo
+
+    h = start_demo(hang_after=None)
+    env = dict(os.environ)
+    if h.token:
+        env["RAY_AUTH_TOKEN"] = h.token
+    rows = []
+    try:
+        ray_bin = str(BIN / "ray")
+        vt = str(BIN / "verltop")
+
+        def timed(cmd: list[str]) -> tuple[float, subprocess.CompletedProcess]:
+            t0 = time.perf_counter()
+            p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+            return time.perf_counter() - t0, p
+
+        snap = [timed([vt, "--address", h.address, "snapshot", "--json"])[0] for _ in range(3)]
+        peer = [timed([ray_bin, "list", "actors", "--detail", "--address", h.address])[0] for _ in range(3)]
+        s, p = statistics.median(snap), statistics.median(peer)
+        rows.append(("`verltop snapshot --json` (`ray list actors --detail`)", f"{s:.2f} s ({p:.2f} s)",
+                     "≤ ¼ of peer", s <= p / 4))
+        dump = [timed([vt, "--address", h.address, "dump", "--json", "--samples", "1"]) for _ in range(3)]
+        assert all(x[1].returncode == 0 for x in dump), dump[0][1].stderr
+        pids = [r["pid"] for r in json.loads(dump[0][1].stdout)["ranks"] if r["pid"]]
+
+        def by_hand() -> float:
+            t0 = time.perf_counter()
+            subprocess.run([ray_bin, "list", "actors", "--address", h.address], capture_output=True, env=env)
+            for pid in pids:
+                subprocess.run([str(BIN / "py-spy"), "dump", "--pid", str(pid)], capture_output=True)
+            return time.perf_counter() - t0
+
+        hand = statistics.median([by_hand() for _ in range(3)])
+        d = statistics.median(x[0] for x in dump)
+        rows.append((f"`verltop dump --json`, {len(pids)} ranks (`ray list actors` + py-spy per pid)",
+                     f"{d:.2f} s ({hand:.2f} s)", "≤ ¼ of peer", d <= hand / 4))
+        rows.append(bench_first_ranks(h.address, env))
+    finally:
+        h.stop()
+    return rows
+
+
+def bench_first_ranks(address: str, env: dict) -> tuple:
+    out = subprocess.run([PY, __file__, "--child", "first_ranks", address], cwd=ROOT, capture_output=True,
+                         text=True, env=env, timeout=180)
+    line = next((x for x in out.stdout.splitlines()[::-1] if x.startswith("{")), None)
+    if line is None:
+        raise RuntimeError(out.stderr[-2000:])
+    r = json.loads(line)
+    return ("first ranks on screen after `d` (whole dump)",
+            f"{r['first_rank_ms']:.0f} ms ({r['done_ms'] / 1000:.1f} s, 2 samples)", "≤ 150 ms",
+            r["first_rank_ms"] <= 150)
+
+
+def child_first_ranks(address: str) -> None:
+    from verltop.sources.config import resolve
+    from verltop.ui.app import VerltopApp
+    from verltop.ui.screens.stacks import StackScreen
+    from verltop.ui.widgets.actor_table import ActorTable
+
+    async def run() -> dict:
+        app = VerltopApp(resolve(address))
+        async with app.run_test(size=(160, 48)) as pilot:
+            for _ in range(400):
+                await pilot.pause(0.05)
+                if app.screen.query_one(ActorTable).row_count > 5:
+                    break
+            await pilot.pause(2)
+            t = app.screen.query_one(ActorTable)
+            keys = [k.value for k in t.rows]
+            target = next(i for i, k in enumerate(keys) if not k.startswith("grp:") and
+                          next(a for a in app.snapshot.actors if a.actor_id == k).worker_group)
+            t.move_cursor(row=target)
+            await pilot.press("d")
+            scr = app.screen
+            assert isinstance(scr, StackScreen)
+            for _ in range(400):
+                await pilot.pause(0.05)
+                if scr.done_ms is not None:
+                    break
+            return {"first_rank_ms": scr.first_rank_ms, "done_ms": scr.done_ms}
+
+    print(json.dumps(asyncio.run(run())), flush=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--no-live", action="store_true", help="skip the comparisons on a live Ray cluster")
+    ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        mode, *rest = a.child
+        {"first_frame": lambda: child_first_frame(rest[0]),
+         "refresh": lambda: child_refresh(rest[0], float(rest[1])),
+         "idle": lambda: child_idle_cpu(rest[0], float(rest[1])),
+         "first_ranks": lambda: child_first_ranks(rest[0])}[mode]()
+        return 0
+    rows: list[tuple] = []
+    rows += bench_merge()
+    rows += bench_dump_local()
+    rows += bench_ui(a.quick)
+    if not (a.quick or a.no_live):
+        rows += bench_live(a.quick)
+    print(f"\nverltop benchmark — {os.cpu_count()} cores, Python {sys.version.split()[0]}, "
+          f"{time.strftime('%Y-%m-%d')}\n")
+    print("| measure | verltop (peer) | target | |")
+    print("| --- | --- | --- | --- |")
+    for name, val, target, ok in rows:
+        mark = "" if ok is None else ("PASS" if ok else "MISS")
+        print(f"| {name} | {val} | {target} | {mark} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
