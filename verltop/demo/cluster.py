@@ -26,7 +26,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 import socket
 import sys
 import tempfile
@@ -134,11 +133,16 @@ def start_demo(
     ``hang_after``: steps that complete before rank ``hang_rank`` of the actor_rollout/critic group hangs
     in ``update_actor`` of the next step (None: only on ``request_hang``). ``num_cpus``: logical CPUs for
     Ray (the job reserves 9). ``dashboard_port``: None picks a free port. ``scale`` multiplies every phase
-    duration. ``enable_profiling`` starts the dashboard with ``RAY_DASHBOARD_ENABLE_PROFILING=1``: Ray 2.60
-    answers 403 to ``/worker/traceback`` and ``/worker/cpu_profile`` without it (unless that variable is
-    already set in this process; ``GET /api/profiling_enabled`` tells a client which). The driver does not block: the job runs as ``TaskRunner.run`` and this returns when all
-    worker actors exist and step 1 has started, or raises ``TimeoutError`` after ``wait_ready_s`` (the
-    cluster is stopped then). Must not be called while this process is connected to another Ray cluster.
+    duration (a step is ~10 s at 1.0).
+
+    ``enable_profiling`` starts the dashboard with ``RAY_DASHBOARD_ENABLE_PROFILING=1`` unless this process
+    already sets it: Ray 2.60 answers 403 to ``/worker/traceback`` and ``/worker/cpu_profile`` without it
+    (``GET /api/profiling_enabled`` tells a client which).
+
+    The driver does not block: the job runs as ``TaskRunner.run``; this returns when all worker actors
+    exist, step 1 has started and the dashboard answers, or raises ``TimeoutError`` after ``wait_ready_s``.
+    On any error or Ctrl-C the cluster is stopped before the exception propagates. Must not be called while
+    this process is connected to a Ray cluster; after ``stop()`` it can be called again.
     """
     import ray
 
