@@ -323,7 +323,7 @@ def child_first_ranks(address: str) -> None:
                     break
             await pilot.pause(2)
             t = app.screen.query_one(ActorTable)
-            keys = [k.value for k in t.rows]
+            keys = t.keys
             target = next(i for i, k in enumerate(keys) if not k.startswith("grp:") and
                           next(a for a in app.snapshot.actors if a.actor_id == k).worker_group)
             t.move_cursor(row=target)

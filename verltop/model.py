@@ -158,6 +158,13 @@ class ActorRow:
     # name, TORCH_NCCL_DEBUG_INFO_PIPE_FILE); paths only, never shown with other env values
     fr_dump_prefix: str | None = None
     fr_pipe_prefix: str | None = None
+    task_start_s: float | None = None  # lets a view tick ages without a new snapshot
+
+    def running_s(self, now: float) -> float | None:
+        """Task age at ``now`` (the table ticks every second between snapshots)."""
+        if self.task_start_s is None:
+            return self.task_running_s
+        return max(0.0, now - self.task_start_s)
 
     @property
     def stalled(self) -> bool:

@@ -48,14 +48,14 @@ def _pick_task(ts: list[RawTask]) -> RawTask:
     return min(ts, key=lambda t: t.start_time_ms or float("inf"))
 
 
-def _gpu_for(pid: int | None, gpus: tuple[Gpu, ...]) -> tuple[Gpu, int | None] | None:
-    if pid is None:
-        return None
-    best: tuple[Gpu, int | None] | None = None
+def _gpu_map(gpus: tuple[Gpu, ...]) -> dict[int, tuple[Gpu, int | None]]:
+    """pid → (the GPU where it holds the most memory, that memory)."""
+    best: dict[int, tuple[Gpu, int | None]] = {}
     for g in gpus:
         for p, mem, _ in g.processes:
-            if p == pid and (best is None or (mem or 0) > (best[1] or 0)):
-                best = (g, mem)
+            cur = best.get(p)
+            if cur is None or (mem or 0) > (cur[1] or 0):
+                best[p] = (g, mem)
     return best
 
 
@@ -69,6 +69,8 @@ def build_snapshot(
     for t in data.tasks:
         if t.actor_id:
             tasks_by_actor.setdefault(t.actor_id, []).append(t)
+    gpus_by_node = {n.node_id: _gpu_map(n.gpus) for n in data.nodes if n.gpus}
+    local_gpu_map = _gpu_map(data.local_gpus) if data.local_gpus else {}
     procs_by_node: dict[str, dict[int, ProcStat]] = {
         n.node_id: {p.pid: p for p in n.procs} for n in data.nodes if n.procs
     }
@@ -94,7 +96,7 @@ def build_snapshot(
             roles = (ident.base_role,)
         alive = a.state == "ALIVE"
         ts = tasks_by_actor.get(a.actor_id, []) if alive else []
-        t = _pick_task(ts) if ts else None
+        t = (ts[0] if len(ts) == 1 else _pick_task(ts)) if ts else None
         method = R.method_of(t.func_name) if t else None
         role = R.active_role(ident.base_role, roles, method, hist.last_method.get(a.actor_id))
         if not roles:
@@ -115,11 +117,11 @@ def build_snapshot(
             if proc is None:
                 proc = procs_by_node.get(a.node_id or "", {}).get(a.pid)
         gpu_hit = None
-        if alive:
-            if local and data.local_gpus is not None:
-                gpu_hit = _gpu_for(a.pid, data.local_gpus)
-            if gpu_hit is None and node is not None:
-                gpu_hit = _gpu_for(a.pid, node.gpus)
+        if alive and a.pid is not None:
+            if local:
+                gpu_hit = local_gpu_map.get(a.pid)
+            if gpu_hit is None:
+                gpu_hit = gpus_by_node.get(a.node_id or "", {}).get(a.pid)
         gpu, gpu_mem = gpu_hit if gpu_hit else (None, None)
 
         row = ActorRow(
@@ -149,6 +151,7 @@ def build_snapshot(
             job_id=a.job_id,
             fr_dump_prefix=a.env_get("TORCH_FR_DUMP_TEMP_FILE") or a.env_get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE"),
             fr_pipe_prefix=a.env_get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE"),
+            task_start_s=start_s,
         )
         if role not in _NO_STALL_ROLES or not alive:
             view = TaskView(

@@ -201,8 +201,8 @@ class Collector:
                 detail = True
                 r = await D.fetch_actors(self.client, self.iv.timeout_s, detail=True)
             else:
-                r = replace(r, value=[replace(cache[a.actor_id], state=a.state, pid=a.pid, node_id=a.node_id)
-                                      for a in r.value or []])
+                # unchanged actors keep their (detail) objects: cheaper, and caches keyed on them stay warm
+                r = replace(r, value=[_same_or_updated(cache[a.actor_id], a) for a in r.value or []])
         if self._record(self.src.actors, r):
             if detail:
                 self._actor_cache = {a.actor_id: a for a in r.value or []}
@@ -384,6 +384,12 @@ class Collector:
             if s.error and s.ok_at is None and s is not self.src.local:
                 return s.error
         return None
+
+
+def _same_or_updated(cached: RawActor, basic: RawActor) -> RawActor:
+    if cached.pid == basic.pid and cached.node_id == basic.node_id:
+        return cached
+    return replace(cached, pid=basic.pid, node_id=basic.node_id)
 
 
 def _all_ids(c: Collector) -> set[str]:

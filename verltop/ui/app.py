@@ -39,6 +39,7 @@ class VerltopApp(App):
         self.clock = clock or time.time
         self.autostart = autostart
         self._refresh_pending = False
+        self._last_rebuild = 0.0
         self.snapshots_built = 0
         self.last_build_ms = 0.0
 
@@ -48,16 +49,21 @@ class VerltopApp(App):
         self.push_screen(MainScreen())
         if self.autostart:
             self.collector.start(self._source_updated)
-        self.set_interval(1.0, self.rebuild)
+        self.set_interval(1.0, self._tick)
+
+    MIN_REBUILD_S = 1.0  # sources report at different moments; join them into at most one view a second
 
     def _source_updated(self) -> None:
-        # Coalesce bursts of source updates into one rebuild.
-        if not self._refresh_pending:
-            self._refresh_pending = True
-            self.set_timer(0.15, self.rebuild)
+        if self._refresh_pending:
+            return
+        self._refresh_pending = True
+        wait = max(0.1, self._last_rebuild + self.MIN_REBUILD_S - time.monotonic())
+        self.set_timer(wait, self.rebuild)
 
     def rebuild(self) -> None:
+        """A new Snapshot from the collector's data (pure analysis), published to the screens."""
         self._refresh_pending = False
+        self._last_rebuild = time.monotonic()
         if not self.collector.has_data and self.snapshot is None:
             self._publish(None)
             return
@@ -66,6 +72,18 @@ class VerltopApp(App):
         self.last_build_ms = (time.perf_counter() - t0) * 1000
         self.snapshots_built += 1
         self._publish(self.snapshot)
+
+    def _tick(self) -> None:
+        """Between snapshots the clocks move: task ages, the progress clock, the data's age."""
+        from verltop.ui.screens.main import MainScreen
+
+        if self.snapshot is None:
+            if not self.collector.has_data:
+                self._publish(None)  # keeps "connecting…" / the error current
+            return
+        for screen in self.screen_stack:
+            if isinstance(screen, MainScreen):
+                screen.tick(self.clock())
 
     def _publish(self, snap: Snapshot | None) -> None:
         from verltop.ui.screens.main import MainScreen

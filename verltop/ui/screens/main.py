@@ -8,11 +8,12 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Footer, Input
 
 from verltop.model import Snapshot
 from verltop.ui.widgets.actor_table import GROUPINGS, SORTS, ActorTable, layout_rows
 from verltop.ui.widgets.header_bar import HeaderBar
+from verltop.ui.widgets.text_line import TextLine
 
 
 class MainScreen(Screen):
@@ -25,7 +26,6 @@ class MainScreen(Screen):
         Binding("s", "sort", "Sort", id="sort"),
         Binding("g", "group", "Group", id="group"),
         Binding("p", "pause", "Pause", id="pause"),
-        Binding("enter", "details", "Details", show=False, id="details"),
         Binding("l", "details", "Log", show=False, id="log"),
         Binding("j", "cursor_down", "Down", show=False, id="down"),
         Binding("k", "cursor_up", "Up", show=False, id="up"),
@@ -46,13 +46,13 @@ class MainScreen(Screen):
         yield HeaderBar(id="header")
         yield Input(placeholder="filter (regex; !regex inverts) — Enter to apply, Esc to clear", id="filter")
         yield ActorTable(id="actors")
-        yield Static("", id="selection")
-        yield Static("", id="message")
+        yield TextLine(id="selection")
+        yield TextLine(id="message")
         yield Footer()
 
     def on_mount(self) -> None:
         self.query_one("#filter", Input).display = False
-        self.query_one(HeaderBar).show(None, False)
+        self.query_one(HeaderBar).show_snapshot(None, False)
         self.query_one(ActorTable).focus()
         if self.app.demo is not None:
             self.message("demo: press H to make one rank hang now, d to dump its group")
@@ -62,20 +62,21 @@ class MainScreen(Screen):
         return self.query_one(ActorTable)
 
     def message(self, text: str, style: str = "") -> None:
-        self.query_one("#message", Static).update(text)
-        self.query_one("#message", Static).set_class(style == "error", "-error")
+        self.query_one("#message", TextLine).show(text)
+        self.query_one("#message", TextLine).set_class(style == "error", "-error")
 
     def show_snapshot(self, snap: Snapshot | None) -> None:
         self._last = snap
         header = self.query_one(HeaderBar)
         first_err = self.app.collector.first_error()
         if self.paused:
-            header.show(snap, True, first_err)
+            header.show_snapshot(snap, True, first_err)
             return
-        header.show(snap, False, first_err)
+        header.show_snapshot(snap, False, first_err)
         if snap is None:
             return
-        self.table.apply(layout_rows(snap, self.grouping, self.sort, self.filter_rx, self.filter_invert))
+        self.table.apply(layout_rows(snap, self.grouping, self.sort, self.filter_rx, self.filter_invert),
+                         snap.taken_at)
         self._show_selection()
         node_of = {a.actor_id: a.node_id for a in snap.actors}
         self.app.collector.visible_nodes = {node_of[k]: None for k in self.table.visible_actor_rows()
@@ -83,6 +84,13 @@ class MainScreen(Screen):
         empty = not snap.actors
         if empty and snap.errors == []:
             self.message("no actors in this Ray cluster yet")
+
+    def tick(self, now: float) -> None:
+        """Once a second between snapshots: ages in the table, the header's clocks."""
+        if self.paused or self._last is None:
+            return
+        self.table.tick(now)
+        self.query_one(HeaderBar).show_snapshot(self._last, False, self.app.collector.first_error(), now)
 
     def _redraw(self) -> None:
         if self._last is not None:
@@ -163,8 +171,8 @@ class MainScreen(Screen):
 
         self.app.push_screen(DetailsScreen(row))
 
-    @on(ActorTable.RowHighlighted)
-    def _highlighted(self, event: ActorTable.RowHighlighted) -> None:
+    @on(ActorTable.Highlighted)
+    def _highlighted(self, event: ActorTable.Highlighted) -> None:
         self._show_selection()
 
     def _show_selection(self) -> None:
@@ -172,7 +180,7 @@ class MainScreen(Screen):
 
         aid = self.table.selected_actor()
         row = next((a for a in self._last.actors if a.actor_id == aid), None) if self._last and aid else None
-        self.query_one("#selection", Static).update(selection_text(row) if row else "")
+        self.query_one("#selection", TextLine).show(selection_text(row) if row else "")
 
     @on(ActorTable.ActorSelected)
     def _selected(self, event: ActorTable.ActorSelected) -> None:

@@ -6,8 +6,13 @@ import re
 from dataclasses import dataclass
 
 from rich.text import Text
+from rich.console import Console
+from textual import events
+from textual.binding import Binding
+from textual.geometry import Size
 from textual.message import Message
-from textual.widgets import DataTable
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
 
 from verltop.model import ActorRow, Snapshot
 from verltop.text import fmt_age
@@ -76,7 +81,7 @@ class Row:
     def actor_id(self) -> str | None:
         return self.actor.actor_id if self.actor else None
 
-    def sig(self) -> tuple:
+    def sig(self, now: float | None = None) -> tuple:
         """What the cells depend on: equal signatures, equal cells (ages compare by whole seconds)."""
         a = self.actor
         if a is None:
@@ -86,10 +91,15 @@ class Row:
                 None if a.gpu_mem_bytes is None else a.gpu_mem_bytes >> 20, a.gpu_mem_total_bytes,
                 None if a.cpu_percent is None else round(a.cpu_percent),
                 None if a.rss_bytes is None else a.rss_bytes >> 20, a.host_mem_total_bytes, a.state, a.task,
-                None if a.task_running_s is None else int(a.task_running_s), a.stalls)
+                _int_age(a, now), a.stalls)
 
-    def cells(self) -> tuple:
-        return self.header if self.actor is None else actor_cells(self.actor)  # type: ignore[return-value]
+    def cells(self, now: float | None = None) -> tuple:
+        return self.header if self.actor is None else actor_cells(self.actor, now)  # type: ignore[return-value]
+
+
+def _int_age(a: ActorRow, now: float | None) -> int | None:
+    r = a.running_s(now) if now is not None else a.task_running_s
+    return None if r is None else int(r)
 
 
 def _role_text(a: ActorRow) -> Text:
@@ -99,7 +109,7 @@ def _role_text(a: ActorRow) -> Text:
     return t
 
 
-def actor_cells(a: ActorRow) -> tuple:
+def actor_cells(a: ActorRow, now: float | None = None) -> tuple:
     dim = a.state != "ALIVE"
     stalled = a.stalled
     rank = "-" if a.rank is None else str(a.rank)  # the world size is on the group row
@@ -122,7 +132,7 @@ def actor_cells(a: ActorRow) -> tuple:
         mem_bar(a.rss_bytes, a.host_mem_total_bytes, 7, dim=dim),
         Text(_STATE_SHORT.get(a.state, a.state[:5]), style=_STATE_STYLE.get(a.state, "")),
         task,
-        Text(fmt_age(a.task_running_s), style="bold red" if stalled else ""),
+        Text(fmt_age(a.running_s(now) if now is not None else a.task_running_s), style="bold red" if stalled else ""),
         why,
     )
 
@@ -205,134 +215,231 @@ def layout_rows(snap: Snapshot, grouping: str, sort: str, rx: re.Pattern[str] | 
     return rows
 
 
-class ActorTable(DataTable):
-    """Keyed rows. ``apply`` diffs against what is shown and touches only changed cells of rows in view;
-    rows out of view are marked and drawn when scrolled to (10,000 actors cost what 50 do)."""
+class ActorTable(ScrollView, can_focus=True):
+    """The actor list: a Line-API scroll view with a fixed header line.
 
-    MARGIN = 20  # rows above and below the viewport kept current
+    Rows are keyed; ``apply`` swaps in the new row list and keeps the cursor on the same key. Each row is
+    rendered to a Strip once per change of what it shows (its ``sig``), so a refresh of 10,000 actors
+    renders only the rows on screen that changed — not the whole table, as DataTable would.
+    """
+
+    COMPONENT_CLASSES = {"actor-table--header", "actor-table--cursor", "actor-table--group"}
+    DEFAULT_CSS = """
+    ActorTable > .actor-table--header { text-style: bold; }
+    ActorTable > .actor-table--cursor { background: $accent 40%; }
+    ActorTable:focus > .actor-table--cursor { background: $accent 70%; }
+    ActorTable > .actor-table--group { background: $panel; }
+    """
+    BINDINGS = [
+        Binding("up", "cursor_up", "Up", show=False, id="table-up"),
+        Binding("down", "cursor_down", "Down", show=False, id="table-down"),
+        Binding("pageup", "page_up", "Page up", show=False, id="table-page-up"),
+        Binding("pagedown", "page_down", "Page down", show=False, id="table-page-down"),
+        Binding("home", "first", "First", show=False, id="table-first"),
+        Binding("end", "last", "Last", show=False, id="table-last"),
+        Binding("enter", "select", "Details", show=False, id="table-select"),
+    ]
 
     class ActorSelected(Message):
         def __init__(self, actor_id: str) -> None:
             self.actor_id = actor_id
             super().__init__()
 
+    class Highlighted(Message):
+        def __init__(self, key: str | None) -> None:
+            self.key = key
+            super().__init__()
+
     def __init__(self, **kw) -> None:
-        super().__init__(cursor_type="row", zebra_stripes=False, **kw)
-        self._shown: list[str] = []
-        self._sig: dict[str, tuple] = {}  # signature of what each row shows now
-        self._cells: dict[str, tuple] = {}
-        self._pending: dict[str, Row] = {}  # rows out of view whose content is behind
+        super().__init__(**kw)
+        self._rows: list[Row] = []
         self._index: dict[str, int] = {}
-        self.rebuilds = 0
-        self.cells_built = 0
+        self._sig: dict[str, tuple] = {}
+        self._strips: dict[tuple[str, bool], Strip] = {}
+        self.cursor_row = 0
+        self.rebuilds = 0  # times the row set or order changed
+        self.cells_built = 0  # rows rendered
+        self._row_console = Console(width=1000, color_system="truecolor", legacy_windows=False, force_terminal=True)
+        self._cols = list(COLUMNS)
+        self._width = sum(w + 2 for _, _, w in self._cols)
+        self.now: float | None = None
 
-    def on_mount(self) -> None:
-        for key, label, width in COLUMNS:
-            self.add_column(label, key=key, width=width)
+    # ---------------------------------------------------------- data
 
-    def on_resize(self) -> None:
-        # the last column takes what is left, so nothing scrolls sideways on a wide enough terminal
-        fixed = sum(w for _, _, w in COLUMNS[:-1]) + 2 * self.cell_padding * len(COLUMNS) + 2
-        col = self.columns.get("why")  # type: ignore[call-overload]
-        if col is not None:
-            col.width = max(24, self.size.width - fixed)
-            self.refresh()
-        self._flush_visible()
+    @property
+    def row_count(self) -> int:
+        return len(self._rows)
 
-    def _visible(self) -> range:
-        top = int(self.scroll_y)
-        return range(max(0, top - self.MARGIN), top + max(self.size.height, 50) + self.MARGIN)
+    @property
+    def keys(self) -> list[str]:
+        return [r.key for r in self._rows]
 
-    def _draw(self, r: Row, sig: tuple) -> None:
-        cells = r.cells()
-        self.cells_built += 1
-        old = self._cells.get(r.key)
-        for i, (ck, value) in enumerate(zip(COLUMN_KEYS, cells, strict=True)):
-            if old is None or old[i] != value:
-                self.update_cell(r.key, ck, value)
-        self._cells[r.key] = cells
-        self._sig[r.key] = sig
-
-    def apply(self, rows: list[Row]) -> None:
-        keys = [r.key for r in rows]
-        if keys != self._shown:
-            self._rebuild(rows)
-            return
-        vis = self._visible()
-        for i, r in enumerate(rows):
-            sig = r.sig()
-            if self._sig.get(r.key) == sig:
-                self._pending.pop(r.key, None)
-                continue
-            if i in vis:
-                self._pending.pop(r.key, None)
-                self._draw(r, sig)
-            else:
-                self._pending[r.key] = r
-
-    def _flush_visible(self) -> None:
-        if not self._pending:
-            return
-        vis = self._visible()
-        for k in [k for k in self._pending if self._index.get(k, -1) in vis]:
-            r = self._pending.pop(k)
-            self._draw(r, r.sig())
-
-    def watch_scroll_y(self, old: float, new: float) -> None:
-        super().watch_scroll_y(old, new)
-        self._flush_visible()
-
-    def _placeholder(self, r: Row) -> tuple:
-        a = r.actor
-        assert a is not None
-        return (Text(a.role), "" if a.rank is None else str(a.rank), *([""] * (len(COLUMNS) - 2)))
-
-    def _rebuild(self, rows: list[Row]) -> None:
-        """Membership or order changed: re-lay rows, keeping the cursor on the same row and the scroll."""
-        self.rebuilds += 1
+    def apply(self, rows: list[Row], now: float | None = None) -> None:
+        """Show ``rows``; unchanged rows keep their rendered strips; the cursor stays on its key."""
+        if now is not None:
+            self.now = now
         cur = self.selected_key()
-        scroll = self.scroll_y
-        vis = range(max(0, int(scroll) - self.MARGIN), int(scroll) + max(self.size.height, 50) + self.MARGIN)
-        with self.app.batch_update():
-            self.clear()
-            self._cells.clear()
-            self._sig.clear()
-            self._pending.clear()
-            for i, r in enumerate(rows):
-                if r.actor is None or i in vis:
-                    cells = r.cells()
-                    self.cells_built += 1
-                    self._cells[r.key] = cells
-                    self._sig[r.key] = r.sig()
-                else:
-                    cells = self._placeholder(r)
-                    self._cells[r.key] = cells
-                    self._pending[r.key] = r
-                self.add_row(*cells, key=r.key)
-            self._shown = keys = [r.key for r in rows]
-            self._index = {k: i for i, k in enumerate(keys)}
-            if cur is not None and cur in self._index:
-                self.move_cursor(row=self._index[cur], animate=False, scroll=False)
-            self.scroll_to(y=scroll, animate=False)
+        reordered = [r.key for r in rows] != [r.key for r in self._rows]
+        if reordered:
+            self.rebuilds += 1
+            self._index = {r.key: i for i, r in enumerate(rows)}
+            alive = set(self._index)
+            self._sig = {k: v for k, v in self._sig.items() if k in alive}
+            self._strips = {k: v for k, v in self._strips.items() if k[0] in alive}
+        self._rows = rows
+        self.virtual_size = Size(self._width, len(rows) + 1)
+        if cur is not None and cur in self._index:
+            self.cursor_row = self._index[cur]
+        self.cursor_row = max(0, min(self.cursor_row, len(rows) - 1))
+        if self._resig_visible() or reordered:
+            self.refresh()
+        if self.selected_key() != cur:
+            self.post_message(self.Highlighted(self.selected_key()))
+
+    def tick(self, now: float) -> None:
+        """Ages move on between snapshots: re-render the rows on screen whose age (in whole seconds) changed."""
+        self.now = now
+        if self._resig_visible():
+            self.refresh()
+
+    def _resig_visible(self) -> bool:
+        top, bottom = self._view()
+        changed = False
+        for r in self._rows[top:bottom]:
+            sig = r.sig(self.now)
+            if self._sig.get(r.key) != sig:
+                self._sig[r.key] = sig
+                self._strips.pop((r.key, False), None)
+                self._strips.pop((r.key, True), None)
+                changed = True
+        return changed
+
+    def _view(self) -> tuple[int, int]:
+        top = int(self.scroll_offset.y)
+        return top, top + max(1, self.size.height - 1)
+
+    def get_row(self, key: str) -> list[str]:
+        """The plain text of a row's cells (tests and debugging)."""
+        r = self._rows[self._index[key]]
+        return [c.plain if isinstance(c, Text) else str(c) for c in r.cells(self.now)]
 
     def visible_actor_rows(self) -> list[str]:
-        vis = self._visible()
-        return [k for i, k in enumerate(self._shown) if i in vis and not k.startswith("grp:")]
+        top, bottom = self._view()
+        return [r.key for r in self._rows[top:bottom] if r.actor is not None]
 
     def selected_key(self) -> str | None:
-        if not self._shown or self.cursor_row < 0 or self.cursor_row >= len(self._shown):
+        if not self._rows or not 0 <= self.cursor_row < len(self._rows):
             return None
-        return self._shown[self.cursor_row]
+        return self._rows[self.cursor_row].key
 
     def selected_actor(self) -> str | None:
         k = self.selected_key()
         return None if k is None or k.startswith("grp:") else k
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        event.stop()
-        k = event.row_key.value if event.row_key is not None else None
-        if k and not k.startswith("grp:"):
+    # ---------------------------------------------------------- drawing
+
+    def _render_row(self, r: Row, selected: bool) -> Strip:
+        cells = r.cells(self.now)
+        self.cells_built += 1
+        line = Text(no_wrap=True, overflow="crop")
+        for (_, _, width), c in zip(self._cols, cells, strict=True):
+            t = c.copy() if isinstance(c, Text) else Text(str(c))
+            t.truncate(width, overflow="ellipsis", pad=True)
+            line.append(" ")
+            line.append_text(t)
+            line.append(" ")
+        if r.actor is None:
+            line.stylize(self.get_component_rich_style("actor-table--group", partial=True))
+        if selected:
+            line.stylize(self.get_component_rich_style("actor-table--cursor", partial=True))
+        return Strip(list(line.render(self._row_console)), line.cell_len)
+
+    def _header(self) -> Strip:
+        line = Text(no_wrap=True)
+        for _, label, width in self._cols:
+            line.append(" " + label.ljust(width)[:width] + " ")
+        line.stylize(self.get_component_rich_style("actor-table--header", partial=True))
+        return Strip(list(line.render(self._row_console)), line.cell_len)
+
+    def render_line(self, y: int) -> Strip:
+        sx = int(self.scroll_offset.x)
+        width = self.size.width
+        if y == 0:
+            strip = self._header()
+        else:
+            i = int(self.scroll_offset.y) + y - 1
+            if i >= len(self._rows):
+                return Strip.blank(width, self.rich_style)
+            r = self._rows[i]
+            sel = i == self.cursor_row
+            key = (r.key, sel)
+            strip = self._strips.get(key)
+            if strip is None or self._sig.get(r.key) is None:
+                self._sig.setdefault(r.key, r.sig(self.now))
+                strip = self._strips[key] = self._render_row(r, sel)
+        return strip.crop_extend(sx, sx + width, self.rich_style)
+
+    def on_resize(self) -> None:
+        # the last column takes what is left, so nothing scrolls sideways on a wide enough terminal
+        fixed = sum(w + 2 for _, _, w in self._cols[:-1]) + 1
+        last = self._cols[-1]
+        w = max(24, self.size.width - fixed - 2)
+        if last[2] != w:
+            self._cols[-1] = (last[0], last[1], w)
+            self._width = fixed + w + 2
+            self._strips.clear()
+            self.virtual_size = Size(self._width, len(self._rows) + 1)
+            self.refresh()
+
+    # ---------------------------------------------------------- cursor
+
+    def move_cursor(self, row: int) -> None:
+        old = self.cursor_row
+        self.cursor_row = max(0, min(row, len(self._rows) - 1))
+        top, bottom = self._view()
+        if self.cursor_row < top:
+            self.scroll_to(y=self.cursor_row, animate=False)
+        elif self.cursor_row >= bottom:
+            self.scroll_to(y=self.cursor_row - (bottom - top) + 1, animate=False)
+        if old != self.cursor_row:
+            self.refresh()
+            self.post_message(self.Highlighted(self.selected_key()))
+
+    def action_cursor_up(self) -> None:
+        self.move_cursor(self.cursor_row - 1)
+
+    def action_cursor_down(self) -> None:
+        self.move_cursor(self.cursor_row + 1)
+
+    def action_page_up(self) -> None:
+        self.move_cursor(self.cursor_row - max(1, self.size.height - 2))
+
+    def action_page_down(self) -> None:
+        self.move_cursor(self.cursor_row + max(1, self.size.height - 2))
+
+    def action_first(self) -> None:
+        self.move_cursor(0)
+
+    def action_last(self) -> None:
+        self.move_cursor(len(self._rows) - 1)
+
+    def action_select(self) -> None:
+        k = self.selected_actor()
+        if k:
             self.post_message(self.ActorSelected(k))
+
+    def on_click(self, event: events.Click) -> None:
+        if event.y == 0:
+            return
+        i = int(self.scroll_offset.y) + event.y - 1
+        if 0 <= i < len(self._rows):
+            self.move_cursor(i)
+            if event.chain >= 2:
+                self.action_select()
+
+    def watch_scroll_y(self, old: float, new: float) -> None:
+        super().watch_scroll_y(old, new)
+        self._resig_visible()
 
 
 def selection_text(a: ActorRow) -> Text:

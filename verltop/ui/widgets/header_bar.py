@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
+from verltop.ui.widgets.text_line import TextLine
 
 from verltop.model import Snapshot
 from verltop.text import fmt_age, fmt_bytes
@@ -12,7 +12,10 @@ from verltop.ui.render import bar
 STALE_AFTER_S = 6.0  # data older than three poll intervals is called stale
 
 
-def header_text(s: Snapshot | None, paused: bool, width: int = 160, first_error: str | None = None) -> Text:
+def header_text(s: Snapshot | None, paused: bool, width: int = 160, first_error: str | None = None,
+                now: float | None = None) -> Text:
+    """``now`` (later than the snapshot) moves the progress clock and the data's age on."""
+    late = max(0.0, now - s.taken_at) if s is not None and now is not None else 0.0
     t = Text()
     if s is None:
         t.append("verltop ", style="bold")
@@ -52,10 +55,11 @@ def header_text(s: Snapshot | None, paused: bool, width: int = 160, first_error:
     if s.progress_s is None:
         t.append("-", style="grey50")
     else:
-        t.append(f"{fmt_age(s.progress_s)} ago", style="bold red" if s.progress_s > 60 else "green")
+        p = s.progress_s + late
+        t.append(f"{fmt_age(p)} ago", style="bold red" if p > 60 else "green")
     if paused:
         t.append("   PAUSED", style="bold reverse yellow")
-    age = s.age_s
+    age = s.age_s + late if s.age_s is not None else None
     errs = s.errors
     if errs or (age is not None and age > STALE_AFTER_S) or s.truncated:
         t.append("\n")
@@ -68,10 +72,12 @@ def header_text(s: Snapshot | None, paused: bool, width: int = 160, first_error:
     return t
 
 
-class HeaderBar(Static):
-    """Three lines at most; re-rendered on every snapshot (cheap: one Text)."""
+class HeaderBar(TextLine):
+    """Three lines; repainted only when its text changes, never re-laid out."""
 
-    def show(self, s: Snapshot | None, paused: bool, first_error: str | None = None) -> None:
-        self.update(header_text(s, paused, self.size.width or 160, first_error))
-        stale = s is not None and (bool(s.errors) or (s.age_s or 0) > STALE_AFTER_S)
+    def show_snapshot(self, s: Snapshot | None, paused: bool, first_error: str | None = None,
+                      now: float | None = None) -> None:
+        self.show(header_text(s, paused, self.size.width or 160, first_error, now))
+        late = max(0.0, now - s.taken_at) if s is not None and now is not None else 0.0
+        stale = s is not None and (bool(s.errors) or (s.age_s or 0) + late > STALE_AFTER_S)
         self.set_class(stale, "-stale")
