@@ -125,9 +125,13 @@ class Stall:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=True)
 class ActorRow:
-    """One actor as shown in the table and in ``snapshot --json``."""
+    """One actor as shown in the table and in ``snapshot --json``.
+
+    Not frozen, unlike the rest of the model, for speed: a 1,000-GPU job builds 1,000 of these every
+    snapshot and frozen init costs 2x. Treat it as immutable all the same (``dataclasses.replace``).
+    """
 
     actor_id: str
     actor_name: str | None

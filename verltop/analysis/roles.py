@@ -81,6 +81,8 @@ class Identity:
     rank: int | None
     world_size: int | None
     base_role: str  # role from the class or name alone ("colocated" for WorkerDict)
+    fr_dump_prefix: str | None = None
+    fr_pipe_prefix: str | None = None
 
 
 def short_class(class_name: str) -> str:
@@ -136,7 +138,11 @@ def identity(a: RawActor) -> Identity:
             stem = name[: m.start()]
             i = stem.rfind(cls)
             group = (stem[:i] if i > 0 else stem) or None
-    return Identity(worker_group=group, rank=rank, world_size=world, base_role=base_role(a.class_name, a.name))
+    return Identity(
+        worker_group=group, rank=rank, world_size=world, base_role=base_role(a.class_name, a.name),
+        fr_dump_prefix=a.env_get("TORCH_FR_DUMP_TEMP_FILE") or a.env_get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE"),
+        fr_pipe_prefix=a.env_get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE"),
+    )
 
 
 @lru_cache(maxsize=65536)

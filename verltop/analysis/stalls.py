@@ -49,8 +49,35 @@ def fmt_s(s: float) -> str:
     return f"{s / 3600:.1f} h"
 
 
-def stalls_for(v: TaskView, hist: TaskHistory, now: float, cfg: StallSettings) -> tuple[Stall, ...]:
-    """All stall reasons for one actor, most telling first."""
+def _peers_finished(runs, actor_id: str, start_s: float, memo: dict | None, key: tuple) -> tuple[int, float] | None:
+    """How many other actors finished this method after ``start_s`` (this round), and the last finish.
+
+    Ranks of a group start a method together, so per (group, method) the runs are indexed once per
+    snapshot (``memo``) instead of scanned once per rank.
+    """
+    idx = memo.get(key) if memo is not None else None
+    if idx is None:
+        by_actor: dict[str | None, float] = {}
+        for r in runs:
+            if r.end_s > by_actor.get(r.actor_id, float("-inf")):
+                by_actor[r.actor_id] = r.end_s
+        idx = sorted(((e, a) for a, e in by_actor.items()), reverse=True)
+        if memo is not None:
+            memo[key] = idx
+    n, last = 0, None
+    for end, a in idx:
+        if end <= start_s:
+            break
+        if a != actor_id:
+            n += 1
+            last = end if last is None else max(last, end)
+    return (n, last) if n else None
+
+
+def stalls_for(v: TaskView, hist: TaskHistory, now: float, cfg: StallSettings,
+               memo: dict | None = None) -> tuple[Stall, ...]:
+    """All stall reasons for one actor, most telling first. ``memo``: a dict shared by the calls of one
+    snapshot (per-method indexes)."""
     out: list[Stall] = []
     if v.state in ("DEAD", "RESTARTING"):
         cause = f": {v.death_cause}" if v.death_cause else ""
@@ -62,11 +89,10 @@ def stalls_for(v: TaskView, hist: TaskHistory, now: float, cfg: StallSettings) -
     key = (v.group, v.method)
     runs = hist.runs.get(key)
     if runs and v.start_s is not None:
-        peers = [r for r in runs if r.actor_id != v.actor_id and r.end_s > v.start_s]
-        if peers:
-            last = max(r.end_s for r in peers)
+        peer = _peers_finished(runs, v.actor_id, v.start_s, memo, key)
+        if peer is not None:
+            n, last = peer
             if now - last > cfg.peer_window_s:
-                n = len({r.actor_id for r in peers})
                 out.append(Stall("peers", f"{n} peer{'s' if n != 1 else ''} finished {v.method} {fmt_s(now - last)} ago"))
     durs = hist.durations.get(key)
     if durs and len(durs) >= cfg.median_min_samples:

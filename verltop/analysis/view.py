@@ -84,6 +84,7 @@ def build_snapshot(
             group_methods.setdefault(group_key(idents[a.actor_id], a.class_name), set()).update(ms)
 
     group_roles = {g: R.roles_from_methods(ms) for g, ms in group_methods.items()}
+    stall_memo: dict = {}
     rows: list[ActorRow] = []
     running_roles: list[tuple[str, str | None]] = []
     for a in data.actors:
@@ -149,8 +150,8 @@ def build_snapshot(
             host_mem_total_bytes=node.mem_total_bytes if node else None,
             death_cause=a.death_cause,
             job_id=a.job_id,
-            fr_dump_prefix=a.env_get("TORCH_FR_DUMP_TEMP_FILE") or a.env_get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE"),
-            fr_pipe_prefix=a.env_get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE"),
+            fr_dump_prefix=ident.fr_dump_prefix,
+            fr_pipe_prefix=ident.fr_pipe_prefix,
             task_start_s=start_s,
         )
         if role not in _NO_STALL_ROLES or not alive:
@@ -166,7 +167,7 @@ def build_snapshot(
                 state=a.state,
                 death_cause=a.death_cause,
             )
-            st = stalls_for(view, hist, now, cfg)
+            st = stalls_for(view, hist, now, cfg, stall_memo)
             if st:
                 row = replace(row, stalls=st)
         rows.append(row)

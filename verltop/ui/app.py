@@ -51,13 +51,17 @@ class VerltopApp(App):
             self.collector.start(self._source_updated)
         self.set_interval(1.0, self._tick)
 
-    MIN_REBUILD_S = 1.0  # sources report at different moments; join them into at most one view a second
+    @property
+    def min_rebuild_s(self) -> float:
+        """Sources report at different moments; join them into one view per poll interval. Ages and
+        clocks tick every second without a rebuild (``_tick``)."""
+        return min(self.collector.iv.actors_s, self.collector.iv.tasks_s)
 
     def _source_updated(self) -> None:
         if self._refresh_pending:
             return
         self._refresh_pending = True
-        wait = max(0.1, self._last_rebuild + self.MIN_REBUILD_S - time.monotonic())
+        wait = max(0.1, self._last_rebuild + self.min_rebuild_s - time.monotonic())
         self.set_timer(wait, self.rebuild)
 
     def rebuild(self) -> None:
