@@ -183,7 +183,7 @@ async def _dump(args: argparse.Namespace) -> int:
     if args.output and os.path.exists(args.output) and not args.force:
         raise UserError(f"{args.output} exists; use --force to overwrite it")
     col = _collector(args)
-    await _first_poll(col, seed=False)
+    await _first_poll(col, seed=True)  # finished tasks name the roles an idle colocated worker hosts
     snap = col.snapshot()
     targets = dump_targets(snap.actors, args.group)
     if not targets:

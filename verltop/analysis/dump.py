@@ -27,7 +27,8 @@ def analyse_rank(actor: ActorRow, samples: list[ProcessDump], collective: Collec
         for s in good:
             t = task_thread(s.threads)
             keys.add(stack_key(t.frames) if t else ())
-        stuck = len(keys) == 1
+        # "stuck" is about a task that does not progress; an idle worker's loop never moves either
+        stuck = len(keys) == 1 if actor.task else None
     return RankDump(actor, tuple(samples), main=main, blocked_on=b, stuck=stuck, collective=collective)
 
 

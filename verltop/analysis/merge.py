@@ -104,7 +104,7 @@ def render_tree(root: TreeNode, max_lines: int = 400) -> list[tuple[int, str, fr
                 skipped += 1
             ranks = frozenset(child.ranks)
             if skipped:
-                out.append((depth, f"{first.label}  … {skipped - 1} frames …" if skipped > 1 else first.label, ranks))
+                out.append((depth, f"{first.label}  … {skipped - 1} frame{'s' if skipped > 2 else ''} …" if skipped > 1 else first.label, ranks))
                 out.append((depth, child.label, ranks))
             else:
                 out.append((depth, child.label, ranks))

@@ -19,7 +19,7 @@ from verltop.text import fmt_age
 from verltop.ui.render import bar, mem_bar
 
 COLUMNS = (
-    ("role", "ROLE", 13),
+    ("role", "ROLE", 17),
     ("rank", "RANK", 5),
     ("node", "NODE", 12),
     ("pid", "PID", 7),
@@ -106,10 +106,7 @@ def _int_age(a: ActorRow, now: float | None) -> int | None:
 
 
 def _role_text(a: ActorRow) -> Text:
-    t = Text(a.role)
-    if len(a.roles) > 1:
-        t.append(f" +{len(a.roles) - 1}", style="grey50")
-    return t
+    return Text(a.role)  # the roles a colocated worker hosts are on its group's row
 
 
 def actor_cells(a: ActorRow, now: float | None = None) -> tuple:
@@ -408,7 +405,7 @@ class ActorTable(ScrollView, can_focus=True):
         # the last column takes what is left, so nothing scrolls sideways on a wide enough terminal
         fixed = sum(w + 2 for _, _, w in self._cols[:-1]) + 1
         last = self._cols[-1]
-        w = max(24, self.size.width - fixed - 2)
+        w = max(20, self.size.width - fixed - 2)
         if last[2] != w:
             self._cols[-1] = (last[0], last[1], w)
             self._parts.clear()
