@@ -111,7 +111,8 @@ class ReplayDashboard:
     def __enter__(self) -> ReplayDashboard:
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
-        self._ready.wait(10)
+        if not self._ready.wait(10):
+            raise RuntimeError(f"replay dashboard could not listen on port {self.port}")
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -135,8 +135,8 @@ def _settings(args: argparse.Namespace) -> tuple[Any, Any]:
 
     interval = args.interval or _env_float("VERLTOP_INTERVAL", 2.0)
     stall_after = args.stall_after or _env_float("VERLTOP_STALL_AFTER", 300.0)
-    iv = Intervals(actors_s=interval, tasks_s=interval, nodes_s=max(interval, 5.0), node_detail_s=max(interval, 5.0),
-                   timeout_s=args.timeout)
+    iv = Intervals(actors_s=interval, tasks_s=interval, nodes_s=max(interval, 15.0),
+                   node_detail_s=max(interval, 5.0), timeout_s=args.timeout)
     return iv, StallSettings(stall_after_s=stall_after)
 
 

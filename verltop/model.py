@@ -206,8 +206,13 @@ class ActorRow:
 @dataclass(frozen=True, slots=True)
 class SourceStatus:
     name: str
-    age_s: float | None
+    age_s: float | None  # since its last good answer
     error: str | None
+    # how old its data may get before it is stale: a few of its own poll intervals
+    stale_after_s: float = 6.0
+
+    def stale_at(self, extra_s: float = 0.0) -> bool:
+        return self.age_s is not None and self.age_s + extra_s > self.stale_after_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,6 +233,10 @@ class Snapshot:
     def age_s(self) -> float | None:
         ages = [s.age_s for s in self.sources if s.age_s is not None]
         return max(ages) if ages else None
+
+    def stale_sources(self, extra_s: float = 0.0) -> list[SourceStatus]:
+        """Sources whose last good data is older than their own stale limit (``extra_s`` later)."""
+        return [s for s in self.sources if s.stale_at(extra_s)]
 
     @property
     def errors(self) -> list[str]:

@@ -12,7 +12,7 @@ from verltop.analysis.stalls import StallSettings
 from verltop.sources.config import Endpoint
 from verltop.ui.app import VerltopApp
 
-PORT = 18265
+PORT = 28765
 # 60 s after both ranks entered actor_rollout_update_actor in the capture
 FROZEN_NOW = 1795960279.73 + 60
 

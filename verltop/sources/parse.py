@@ -51,8 +51,8 @@ def loads(text: str | bytes) -> Any:
         return _fast_loads(text)
     except (ValueError, TypeError) as e:
         snippet = text[:40] if isinstance(text, str) else bytes(text[:40]).decode("utf-8", "replace")
-        kind = "HTML" if snippet.lstrip().startswith("<") else "invalid JSON"
-        raise ParseError(f"dashboard sent {kind}, not JSON ({e.__class__.__name__})") from None
+        kind = "HTML, not JSON" if snippet.lstrip().startswith("<") else "invalid JSON (truncated?)"
+        raise ParseError(f"dashboard sent {kind} ({e.__class__.__name__})") from None
 
 
 def _dict(v: Any) -> dict[str, Any]:
@@ -173,9 +173,26 @@ def actor(row: Any) -> RawActor | None:
     )
 
 
+def actor_states(doc: Any) -> tuple[list[tuple[str, str, int | None, str | None]], ListResult]:
+    """The cheap per-cycle read: ``(actor_id, state, pid, node_id)`` of every actor (``detail=0`` rows)."""
+    lr = state_api_rows(doc)
+    out = []
+    for r in lr.rows:
+        if isinstance(r, dict):
+            aid = r.get("actor_id")
+            if isinstance(aid, str) and aid:
+                st = r.get("state")
+                out.append((aid, st.upper() if isinstance(st, str) else "UNKNOWN", _int(r.get("pid")) or None,
+                            _str(r.get("node_id")) or None))
+    return out, lr
+
+
 def actors(doc: Any) -> tuple[list[RawActor], ListResult]:
     lr = state_api_rows(doc)
-    return [a for a in (actor(r) for r in lr.rows) if a is not None], lr
+    out = [a for a in (actor(r) for r in lr.rows) if a is not None]
+    if lr.rows and not out:  # rows came, none usable: a changed schema, not an empty cluster
+        raise ParseError("dashboard actor rows lack actor_id (schema changed?)")
+    return out, lr
 
 
 def task(row: Any) -> RawTask | None:
@@ -200,7 +217,10 @@ def task(row: Any) -> RawTask | None:
 
 def tasks(doc: Any) -> tuple[list[RawTask], ListResult]:
     lr = state_api_rows(doc)
-    return [t for t in (task(r) for r in lr.rows) if t is not None], lr
+    out = [t for t in (task(r) for r in lr.rows) if t is not None]
+    if lr.rows and not out:
+        raise ParseError("dashboard task rows lack task_id (schema changed?)")
+    return out, lr
 
 
 def state_nodes(doc: Any) -> list[Node]:

@@ -29,9 +29,10 @@ DETAIL_REFRESH_S = 30.0  # detail rows are re-read at least this often
 class Intervals:
     actors_s: float = 2.0
     tasks_s: float = 2.0
-    # the dashboard's node agents report every 5 s (REPORTER_UPDATE_INTERVAL_MS): polling faster re-reads
-    # the same numbers at 2.4 MB a time on a 128-node cluster
-    nodes_s: float = 5.0
+    # The dashboard's node agents report every 5 s (REPORTER_UPDATE_INTERVAL_MS): nodes whose actors are
+    # on screen are read every 5 s (/nodes/{id}: GPUs and per-worker CPU/RSS, ~0.1 MB); the all-node
+    # summary (2.4 MB on 128 nodes) only feeds the header totals and rows off screen, every 15 s.
+    nodes_s: float = 15.0
     node_detail_s: float = 5.0
     local_s: float = 1.0
     timeout_s: float = 10.0
@@ -41,6 +42,7 @@ class Intervals:
 @dataclass(slots=True)
 class SourceState:
     name: str
+    interval_s: float = 2.0
     value: Any = None
     ok_at: float | None = None
     error: str | None = None
@@ -48,7 +50,8 @@ class SourceState:
     backoff_s: float = 0.0
 
     def status(self, now: float) -> SourceStatus:
-        return SourceStatus(self.name, None if self.ok_at is None else max(0.0, now - self.ok_at), self.error)
+        return SourceStatus(self.name, None if self.ok_at is None else max(0.0, now - self.ok_at), self.error,
+                            stale_after_s=2 * self.interval_s + 3.0)
 
 
 @dataclass(slots=True)
@@ -79,6 +82,9 @@ class Collector:
         self.client = DashboardClient(endpoint)
         self.hist = TaskHistory()
         self.src = _Sources()
+        for st, iv in ((self.src.actors, self.iv.actors_s), (self.src.tasks, self.iv.tasks_s),
+                       (self.src.nodes, self.iv.nodes_s), (self.src.local, self.iv.local_s)):
+            st.interval_s = iv
         self.node_details: dict[str, Node] = {}
         self.use_local = use_local
         self.sampler = LocalSampler(use_nvml=use_nvml) if use_local else None
@@ -193,16 +199,20 @@ class Collector:
         changed state, or every ``DETAIL_REFRESH_S``."""
         now = time.time()
         detail = self._actor_detail_at is None or now - self._actor_detail_at > DETAIL_REFRESH_S
-        r = await D.fetch_actors(self.client, self.iv.timeout_s, detail=detail)
-        if r.ok and not detail:
+        if not detail:
+            basic = await D.fetch_actor_states(self.client, self.iv.timeout_s)
+            if not basic.ok:
+                self._record(self.src.actors, basic)
+                return
             cache = self._actor_cache
-            changed = any(a.actor_id not in cache or cache[a.actor_id].state != a.state for a in r.value or [])
-            if changed:
+            rows = basic.value or []
+            if any(aid not in cache or cache[aid].state != st for aid, st, _, _ in rows):
                 detail = True
-                r = await D.fetch_actors(self.client, self.iv.timeout_s, detail=True)
             else:
                 # unchanged actors keep their (detail) objects: cheaper, and caches keyed on them stay warm
-                r = replace(r, value=[_same_or_updated(cache[a.actor_id], a) for a in r.value or []])
+                r = replace(basic, value=[_same_or_updated(cache[aid], pid, node) for aid, _, pid, node in rows])
+        if detail:
+            r = await D.fetch_actors(self.client, self.iv.timeout_s, detail=True)
         if self._record(self.src.actors, r):
             if detail:
                 self._actor_cache = {a.actor_id: a for a in r.value or []}
@@ -350,11 +360,8 @@ class Collector:
         now = time.time() if now is None else now
         nodes: list[Node] = list(self.src.nodes.value or [])
         if self.node_details:
-            nodes = [
-                Node(**{**_node_dict(n), "procs": self.node_details[n.node_id].procs})
-                if n.node_id in self.node_details else n
-                for n in nodes
-            ]
+            nodes = [_with_detail(n, self.node_details[n.node_id]) if n.node_id in self.node_details else n
+                     for n in nodes]
         ls = self.src.local.value
         procs: dict[int, ProcStat] = ls.procs if ls else {}
         statuses = [s.status(now) for s in self.src.all() if s is not self.src.local or self.use_local]
@@ -386,18 +393,21 @@ class Collector:
         return None
 
 
-def _same_or_updated(cached: RawActor, basic: RawActor) -> RawActor:
-    if cached.pid == basic.pid and cached.node_id == basic.node_id:
+def _same_or_updated(cached: RawActor, pid: int | None, node_id: str | None) -> RawActor:
+    if cached.pid == pid and cached.node_id == node_id:
         return cached
-    return replace(cached, pid=basic.pid, node_id=basic.node_id)
+    return replace(cached, pid=pid, node_id=node_id)
 
 
 def _all_ids(c: Collector) -> set[str]:
     return {n.node_id for n in (c.src.nodes.value or [])} | {a.node_id or "" for a in (c.src.actors.value or [])}
 
 
-def _node_dict(n: Node) -> dict[str, Any]:
-    return {f: getattr(n, f) for f in Node.__dataclass_fields__}
+def _with_detail(n: Node, d: Node) -> Node:
+    """A node's identity with the stats of its (fresher) /nodes/{id} read."""
+    return replace(n, cpu_percent=d.cpu_percent if d.cpu_percent is not None else n.cpu_percent,
+                   mem_used_bytes=d.mem_used_bytes or n.mem_used_bytes, mem_total_bytes=d.mem_total_bytes or n.mem_total_bytes,
+                   gpus=d.gpus or n.gpus, stats_age_s=d.stats_age_s, procs=d.procs)
 
 
 __all__ = ["Collector", "Intervals", "RawTask"]

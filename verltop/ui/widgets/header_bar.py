@@ -9,7 +9,6 @@ from verltop.model import Snapshot
 from verltop.text import fmt_age, fmt_bytes
 from verltop.ui.render import bar
 
-STALE_AFTER_S = 6.0  # data older than three poll intervals is called stale
 
 
 def header_text(s: Snapshot | None, paused: bool, width: int = 160, first_error: str | None = None,
@@ -59,12 +58,13 @@ def header_text(s: Snapshot | None, paused: bool, width: int = 160, first_error:
         t.append(f"{fmt_age(p)} ago", style="bold red" if p > 60 else "green")
     if paused:
         t.append("   PAUSED", style="bold reverse yellow")
-    age = s.age_s + late if s.age_s is not None else None
+    stale = s.stale_sources(late)
     errs = s.errors
-    if errs or (age is not None and age > STALE_AFTER_S) or s.truncated:
+    if errs or stale or s.truncated:
         t.append("\n")
-        if age is not None and age > STALE_AFTER_S:
-            t.append(f"data {fmt_age(age)} old (stale) ", style="bold yellow")
+        if stale:
+            oldest = max(stale, key=lambda x: x.age_s or 0)
+            t.append(f"{oldest.name} data {fmt_age((oldest.age_s or 0) + late)} old (stale) ", style="bold yellow")
         if errs:
             t.append(" · ".join(errs)[: max(40, width - 30)], style="yellow")
         if s.truncated:
@@ -79,5 +79,5 @@ class HeaderBar(TextLine):
                       now: float | None = None) -> None:
         self.show(header_text(s, paused, self.size.width or 160, first_error, now))
         late = max(0.0, now - s.taken_at) if s is not None and now is not None else 0.0
-        stale = s is not None and (bool(s.errors) or (s.age_s or 0) + late > STALE_AFTER_S)
+        stale = s is not None and (bool(s.errors) or bool(s.stale_sources(late)))
         self.set_class(stale, "-stale")
