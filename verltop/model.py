@@ -228,6 +228,7 @@ class Snapshot:
     # seconds since any verl task last finished (None until one was seen)
     progress_s: float | None = None
     truncated: str | None = None
+    gpu_note: str | None = None  # why this machine's GPUs are not read (no NVML), if so
 
     @property
     def age_s(self) -> float | None:

@@ -59,6 +59,9 @@ def _gpu_map(gpus: tuple[Gpu, ...]) -> dict[int, tuple[Gpu, int | None]]:
     return best
 
 
+PROBE_CLASS = "VerltopProbe"  # the class of sources/probe.py's actors (they live in namespace verltop-probe)
+
+
 def build_snapshot(
     data: ClusterData, hist: TaskHistory, now: float, cfg: StallSettings | None = None
 ) -> Snapshot:
@@ -88,6 +91,8 @@ def build_snapshot(
     rows: list[ActorRow] = []
     running_roles: list[tuple[str, str | None]] = []
     for a in data.actors:
+        if a.class_name.endswith(PROBE_CLASS):
+            continue  # verltop's own dump probes (sources/probe.py) are not the job's actors
         ident = idents[a.actor_id]
         gk = group_key(ident, a.class_name)
         roles: tuple[str, ...]
@@ -184,6 +189,7 @@ def build_snapshot(
         sources=data.sources,
         progress_s=progress,
         truncated=data.truncated,
+        gpu_note=data.local_gpu_error,
     )
 
 

@@ -250,7 +250,7 @@ def tree_rich(r: DumpReport) -> Text:
     total = len(stacks)
     t = Text("MERGED STACKS — outermost frame first; [ranks] (count)\n", style="bold")
     for depth, text, ranks in lines:
-        small = len(ranks) < total and ranks & suspects
+        small = len(ranks) < total and ranks <= suspects
         t.append("  " * depth)
         t.append(f"[{compact_labels(ranks)}]", style="bold red" if small else "cyan")
         t.append(f" ({len(ranks)}) ", style="grey50")

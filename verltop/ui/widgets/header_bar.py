@@ -32,6 +32,8 @@ def header_text(s: Snapshot | None, paused: bool, width: int = 160, first_error:
     if len(alive_nodes) != len(s.nodes):
         t.append(f" ({len(s.nodes) - len(alive_nodes)} dead)", style="red")
     t.append(f"   GPUs {len(gpus)}", style="bold")
+    if not gpus and s.gpu_note:
+        t.append(f" ({s.gpu_note})", style="grey50")
     if gpus:
         utils = [g.util_percent for g in gpus if g.util_percent is not None]
         if utils:
