@@ -71,7 +71,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"verltop {__version__}")
     _shared(p, sub=False)
-    p.add_argument("--record", metavar="FILE", help=argparse.SUPPRESS)
     sub = p.add_subparsers(dest="cmd", metavar="{tui,snapshot,dump,demo}")
 
     t = sub.add_parser("tui", help="the interactive view (default)")

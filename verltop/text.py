@@ -42,7 +42,9 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
 
 def snapshot_text(s: Snapshot) -> str:
     gpus = sum(len(n.gpus) for n in s.nodes)
-    head = [f"verltop @ {s.address}  nodes {len(s.nodes)}  GPUs {gpus}  actors {len(s.actors)}  "
+    dead = sum(1 for n in s.nodes if n.state != "ALIVE")
+    nodes = f"{len(s.nodes) - dead} ({dead} dead)" if dead else str(len(s.nodes))
+    head = [f"verltop @ {s.address}  nodes {nodes}  GPUs {gpus}  actors {len(s.actors)}  "
             f"phase {s.phase or '-'}  last progress {fmt_age(s.progress_s)} ago"]
     for e in s.errors:
         head.append(f"WARNING: {e}")

@@ -7,6 +7,7 @@ must match the allow-list below or the call is refused before anything is sent.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 from dataclasses import dataclass
@@ -114,7 +115,7 @@ class DashboardClient:
                      _retry_after(retry, status))
 
     def status_error(self, status: int, body: str, path: str) -> str:
-        text = _one_line(body)[:160]
+        text = _one_line(_ray_msg(body))[:160]
         if status == 401:
             if self.endpoint.token:
                 return f"401 Unauthorized: the dashboard rejected the token from {self.endpoint.token_from}"
@@ -147,6 +148,18 @@ def _conn_reason(e: Exception) -> str:
     os_err = getattr(e, "os_error", None)
     s = str(getattr(os_err, "strerror", "") or os_err or e)
     return s.lower() if s else "connection failed"
+
+
+def _ray_msg(body: str) -> str:
+    """The ``msg`` of Ray's JSON error envelope (``{"result": false, "msg": ...}``), else the body."""
+    if body.lstrip().startswith("{"):
+        try:
+            msg = json.loads(body).get("msg")
+        except (ValueError, AttributeError):
+            return body
+        if isinstance(msg, str) and msg.strip():
+            return msg
+    return body
 
 
 def _one_line(x: object) -> str:

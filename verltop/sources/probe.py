@@ -64,8 +64,13 @@ class ProbePool:
         self._inited = False
 
     def _init(self, node_id: str) -> None:
+        import logging
+
         import ray
 
+        # ray.init's warnings (token auth on, no SIGTERM handler off the main thread) are not ours to
+        # show: they would land in the middle of the TUI or of `verltop dump` output
+        logging.getLogger("ray").setLevel(logging.ERROR)
         if not ray.is_initialized():
             ray.init(address=self.address, namespace=NAMESPACE, logging_level="ERROR", log_to_driver=False,
                      configure_logging=False)
