@@ -58,6 +58,20 @@ def test_dead_rank_whose_peers_wait():
     assert next(x for x in r.ranks if x.actor.actor_id == "a2").error.startswith("actor is DEAD")
 
 
+def test_dead_rank_not_the_peers_it_knocked_out():
+    # gloo, as captured on a real group (tests/integration): rank 3 killed while 0-2 waited in all_reduce;
+    # 0 and 2 (its ring neighbours) failed with "Connection closed by peer" and went idle, 1 still waits.
+    # The dead rank is the suspect; the idle ranks are not, but a rank still running elsewhere is.
+    actors = [row("a0", rank=0, task=None), row("a1", rank=1), row("a2", rank=2, task=None),
+              row("a3", rank=3, state="DEAD", death="killed")]
+    idle = ProcessDump(1, threads=())
+    r = analyse(actors, {"a0": [idle], "a1": [in_collective("all_reduce")], "a2": [idle]}, 0.0)
+    assert ids(r) == ["a3"] and "DEAD" in r.suspects[0].reason
+    r = analyse([*actors[:2], row("a2", rank=2), *actors[3:]],
+                {"a0": [idle], "a1": [in_collective("all_reduce")], "a2": [sleeping()]}, 0.0)
+    assert ids(r) == ["a3", "a2"]
+
+
 def test_moving_rank_is_slow_not_hung():
     actors = [row("a0", rank=0), row("a1", rank=1), row("a2", rank=2)]
     samples = {"a0": [in_collective("all_reduce")] * 2, "a1": [in_collective("all_reduce")] * 2,

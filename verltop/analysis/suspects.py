@@ -61,6 +61,10 @@ def _ranks(rs: list[RankDump]) -> str:
     return f"rank{'s' if len(ints) != 1 else ''} {s}" if s else f"{len(rs)} ranks"
 
 
+def _wait(rs: list[RankDump]) -> str:
+    return "waits" if len(rs) == 1 else "wait"
+
+
 def find_suspects(ranks: list[RankDump]) -> list[Suspect]:
     groups: dict[str, list[RankDump]] = {}
     controller_waits = None
@@ -88,7 +92,7 @@ def find_suspects(ranks: list[RankDump]) -> list[Suspect]:
         live = [r for r in members if r not in dead]
         for r in dead:
             cause = f" ({r.actor.death_cause})" if r.actor.death_cause else ""
-            add(r, f"{r.actor.state}{cause} while {_ranks(waiting)} of {g} wait in {top_op}", 100)
+            add(r, f"{r.actor.state}{cause} while {_ranks(waiting)} of {g} {_wait(waiting)} in {top_op}", 100)
         # mismatch: several collectives at once in one group
         if len(counts) > 1:
             for op, n in counts.items():
@@ -98,11 +102,15 @@ def find_suspects(ranks: list[RankDump]) -> list[Suspect]:
                 others = [r for r in waiting if ops[id(r)] != op]
                 other_ops = " / ".join(sorted({ops[id(x)] or "" for x in others}))
                 for r in side:
-                    add(r, f"collective mismatch: waits in {op} while {_ranks(others)} of {g} wait in "
+                    add(r, f"collective mismatch: waits in {op} while {_ranks(others)} of {g} {_wait(others)} in "
                            f"{other_ops}{_motion(r)}", 80)
         # most ranks in one collective: the ones not in any are holding it up
         if top_n * 2 >= len(live) or len(counts) == 1:
             outside = [r for r in live if not ops[id(r)]]
+            if dead:
+                # a live rank that runs nothing lost its collective to the dead rank (gloo: "Connection
+                # closed by peer"; NCCL aborts): the dead rank explains the wait, not it
+                outside = [r for r in outside if r.actor.task]
             known = [r for r in outside if not r.error]
             max_enq = max((r.collective.last_enqueued for r in members
                            if r.collective and r.collective.last_enqueued is not None), default=None)
