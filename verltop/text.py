@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from verltop.analysis.collectives import collective_pending
 from verltop.analysis.merge import build_tree, compact_labels, rank_label, tree_text
 from verltop.model import DumpReport, Snapshot
 
@@ -84,7 +85,8 @@ def dump_text(r: DumpReport) -> str:
         a = x.actor
         op = x.blocked_on.op if x.blocked_on else "-"
         if x.collective and x.collective.op:
-            op += f" [{x.collective.op} seq {x.collective.seq}]"
+            done = "" if collective_pending(x.collective) else ", completed"
+            op += f" [{x.collective.op} seq {x.collective.seq}{done}]"
         frame = (x.blocked_on.frame if x.blocked_on else None) or (x.stack[0].short() if x.stack else "-")
         motion = "-" if x.stuck is None else ("stuck" if x.stuck else "moving")
         rows.append([a.worker_group or "-", "-" if a.rank is None else str(a.rank), a.role, a.node_ip or "-",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from verltop.model import BlockedOn, Frame, ThreadStack
+from verltop.model import BlockedOn, CollectiveInfo, Frame, ThreadStack
 
 COLLECTIVES = frozenset({
     "all_reduce", "all_reduce_coalesced", "all_gather", "all_gather_into_tensor", "all_gather_object",
@@ -126,6 +126,16 @@ def blocked_on(t: ThreadStack | None, gpu_util_percent: float | None = None,
                 return BlockedOn("cuda_sync", f.short(), evidence, gpu_wait=True)
             return None
     return None
+
+
+def collective_pending(c: CollectiveInfo | None) -> bool:
+    """Does the watchdog/Flight Recorder say this collective is still unfinished? Unknown counts as pending.
+
+    A Flight Recorder dump of a rank waiting on its own GPU work names its last collective too, completed
+    (``last_completed >= seq``): that collective is history, not what the rank waits in."""
+    if c is None:
+        return False
+    return c.seq is None or c.last_completed is None or c.last_completed < c.seq
 
 
 def stack_key(frames: tuple[Frame, ...]) -> tuple[tuple[str, str, int | None], ...]:

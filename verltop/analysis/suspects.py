@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from verltop.analysis.collectives import collective_pending, is_native
 from verltop.analysis.merge import compact_ints
 from verltop.model import RankDump, Suspect
 
@@ -24,7 +25,7 @@ def _coll_op(r: RankDump) -> str | None:
     b = r.blocked_on
     if b is None or b.op in WAIT_OPS_EXCLUDED:
         return None
-    if b.op == "cuda_sync" and r.collective is not None and r.collective.op:
+    if b.op == "cuda_sync" and r.collective is not None and r.collective.op and collective_pending(r.collective):
         return r.collective.op
     return b.op
 
@@ -34,7 +35,7 @@ def _where(r: RankDump) -> str:
         return f"its stack could not be read ({r.error})"
     if r.blocked_on and r.blocked_on.op in WAIT_OPS_EXCLUDED:
         return f"it waits in {r.blocked_on.op} ({r.blocked_on.frame})"
-    f = next((fr for fr in r.stack if not fr.file.endswith(".so")), None)
+    f = next((fr for fr in r.stack if not is_native(fr)), None)  # libc.so.6 clock_nanosleep says nothing
     task = f" in {r.actor.task}" if r.actor.task else ""
     at = f" at {f.short()}" if f else ""
     return f"it is{task}{at}"

@@ -64,7 +64,7 @@ def trigger(ranks: list[ActorRow]) -> tuple[int, list[str]]:
         try:
             fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
         except FileNotFoundError:
-            problems.append(f"{path}: no such pipe (not on this node, or FR buffer size is 0)")
+            problems.append(f"{path}: no such pipe (not on this node, FR buffer size 0, or no NCCL process group in that rank)")
             continue
         except OSError as e:
             why = "nobody reads it (the rank's monitor thread is gone?)" if e.errno == errno.ENXIO else e.strerror

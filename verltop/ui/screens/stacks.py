@@ -13,13 +13,14 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
+from verltop.analysis.collectives import collective_pending
 from verltop.analysis.dump import analyse, analyse_rank, dump_targets
 from verltop.analysis.merge import build_tree, compact_labels, rank_label, render_tree
 from verltop.model import ActorRow, DumpReport, ProcessDump, RankDump, Snapshot
 from verltop.sources.stacks import DumpOptions, StackCapture
 
 RANK_COLUMNS = (("group", "GROUP", 10), ("rank", "RANK", 5), ("role", "ROLE", 14), ("node", "NODE", 15),
-                ("op", "WAITS IN", 22), ("frame", "CALLING FRAME", 48), ("motion", "MOTION", 7),
+                ("op", "WAITS IN", 34), ("frame", "CALLING FRAME", 48), ("motion", "MOTION", 7),
                 ("note", "ERROR / NOTE", 60))
 
 
@@ -31,8 +32,11 @@ def rank_cells(r: RankDump, suspect: bool) -> tuple:
         if r.blocked_on.gpu_wait:
             op.append(" (GPU)", style="grey70")
     if r.collective and r.collective.op:
-        op.append(f" {r.collective.op}#{r.collective.seq}" if r.collective.seq is not None else f" {r.collective.op}",
-                  style="magenta")
+        c = r.collective
+        pending = collective_pending(c)  # a completed one is the rank's last collective, not its wait
+        op.append(f" {c.op}#{c.seq}" if c.seq is not None else f" {c.op}", style="magenta" if pending else "grey50")
+        if not pending:
+            op.append(" done", style="grey50")
     frame = (r.blocked_on.frame if r.blocked_on else None) or (r.stack[0].short() if r.stack else "-")
     motion = Text("-" if r.stuck is None else ("stuck" if r.stuck else "moving"),
                   style="red" if r.stuck else "green" if r.stuck is False else "grey50")
