@@ -8,6 +8,7 @@ not detached, and are killed when the dump ends (and die with this driver anyway
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from typing import Any
 
@@ -50,6 +51,31 @@ def _probe_class() -> Any:
     return VerltopProbe
 
 
+def _in_daemon_thread(fn: Any, *args: Any) -> asyncio.Future:
+    """``fn(*args)`` in a daemon thread. ray.init to a GCS it cannot reach retries for many minutes: neither
+    asyncio.run's executor shutdown (``to_thread``) nor the interpreter's exit may wait for it, or a dump
+    that gave up at its timeout would not end."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future = loop.create_future()
+
+    def settle(ok: bool, value: Any) -> None:
+        if not fut.done():
+            fut.set_result(value) if ok else fut.set_exception(value)
+
+    def run() -> None:
+        try:
+            ok, value = True, fn(*args)
+        except BaseException as e:  # noqa: BLE001 - handed to the awaiting task
+            ok, value = False, e
+        try:
+            loop.call_soon_threadsafe(settle, ok, value)
+        except RuntimeError:  # the loop is closed: nobody waits any more
+            pass
+
+    threading.Thread(target=run, name="verltop-probe-init", daemon=True).start()
+    return fut
+
+
 class ProbePool:
     """Lazily connects to the cluster and starts one probe per node that is asked for."""
 
@@ -83,7 +109,7 @@ class ProbePool:
             if not self._inited:
                 self._inited = True
                 try:
-                    await asyncio.wait_for(asyncio.to_thread(self._init, node_id), self.schedule_timeout_s)
+                    await asyncio.wait_for(_in_daemon_thread(self._init, node_id), self.schedule_timeout_s)
                 except asyncio.TimeoutError:
                     self._init_error = "cannot start a probe: connecting to the Ray cluster timed out"
                 except Exception as e:  # noqa: BLE001 - ray raises many kinds; all mean "no probe"
