@@ -59,6 +59,7 @@ class DashboardClient:
         self._session: Any = None
         self._sem = asyncio.Semaphore(max_inflight)
         self.requests = 0
+        self.memo: dict[str, tuple[bytes, object]] = {}  # last answer per endpoint (see dashboard.py)
 
     async def _ensure(self) -> Any:
         if self._session is None or self._session.closed:

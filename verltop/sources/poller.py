@@ -19,7 +19,7 @@ from verltop.model import Node, ProcStat, RawActor, RawTask, Snapshot, SourceSta
 from verltop.sources import dashboard as D
 from verltop.sources.config import Endpoint
 from verltop.sources.http import DashboardClient
-from verltop.sources.local import LocalSampler, local_addresses
+from verltop.sources.local import LocalSampler, local_addresses, ray_worker_here
 
 
 DETAIL_REFRESH_S = 30.0  # detail rows are re-read at least this often
@@ -98,9 +98,12 @@ class Collector:
         self._actor_cache: dict[str, RawActor] = {}
         self._actor_detail_at: float | None = None
         self._task_starts: dict[str, float] = {}
+        self._task_objs: dict[str, RawTask] = {}
         self._task_detail_at: float | None = None
         self._last_task_poll: float | None = None
         self.visible_nodes: dict[str, None] = {}
+        # set when a poll brought something new; the UI rebuilds its view only then (plus its clock tick)
+        self.changed = True
 
     # ---------------------------------------------------------- one-shot
 
@@ -180,6 +183,8 @@ class Collector:
 
     def _record(self, st: SourceState, r: D.Result) -> bool:
         st.tries += 1
+        if not r.unchanged or st.error is not None:
+            self.changed = True
         if r.ok:
             st.value = r.value
             st.ok_at = r.taken_at
@@ -208,6 +213,9 @@ class Collector:
             rows = basic.value or []
             if any(aid not in cache or cache[aid].state != st for aid, st, _, _ in rows):
                 detail = True
+            elif basic.unchanged and self.src.actors.value is not None:
+                self._record(self.src.actors, replace(basic, value=self.src.actors.value))
+                return
             else:
                 # unchanged actors keep their (detail) objects: cheaper, and caches keyed on them stay warm
                 r = replace(basic, value=[_same_or_updated(cache[aid], pid, node) for aid, _, pid, node in rows])
@@ -236,6 +244,10 @@ class Collector:
                 detailed = True
         if not self._record(self.src.tasks, r):
             return
+        if r.unchanged and not detailed:
+            self.src.tasks.value = list(self._task_objs.values())
+            self._last_task_poll = r.taken_at
+            return
         rows = r.value or []
         if detailed:
             self._task_detail_at = r.taken_at
@@ -244,15 +256,22 @@ class Collector:
         prev = self._last_task_poll or r.taken_at
         guess = (prev + r.taken_at) / 2 * 1000
         fixed = []
+        objs = self._task_objs
         for t in rows:
             if t.start_time_ms is None:
                 if t.task_id not in starts:
                     starts[t.task_id] = guess
-                t = replace(t, start_time_ms=starts[t.task_id])
+                old = objs.get(t.task_id)
+                # the same task as last poll keeps its object (no copy per task per poll)
+                if old is not None and old.worker_pid == t.worker_pid and old.start_time_ms == starts[t.task_id]:
+                    t = old
+                else:
+                    t = replace(t, start_time_ms=starts[t.task_id])
             fixed.append(t)
         live = {t.task_id for t in rows}
         for k in [k for k in starts if k not in live]:
             del starts[k]
+        self._task_objs = {t.task_id: t for t in fixed}
         self._last_task_poll = r.taken_at
         self.src.tasks.value = fixed
         actors = {a.actor_id: a for a in (self.src.actors.value or [])}
@@ -292,7 +311,9 @@ class Collector:
         out = set()
         for nid in cand:
             pids = {a.pid for a in self._actors_on({nid}) if a.pid}
-            if not pids or pids & set(ls.procs):
+            # the sample may predate these actors (nodes and actors arrive at different moments): then
+            # look at a few of their pids directly
+            if not pids or pids & set(ls.procs) or any(ray_worker_here(p) for p in sorted(pids)[:3]):
                 out.add(nid)
         return frozenset(out)
 
@@ -328,6 +349,7 @@ class Collector:
         for nid, r in zip(pick, results, strict=True):
             if r.ok and r.value is not None:
                 self.node_details[nid] = r.value
+                self.changed = True
         for nid in [k for k in self.node_details if k not in wanted]:
             del self.node_details[nid]
 

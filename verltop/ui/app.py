@@ -58,7 +58,7 @@ class VerltopApp(App):
         return min(self.collector.iv.actors_s, self.collector.iv.tasks_s)
 
     def _source_updated(self) -> None:
-        if self._refresh_pending:
+        if self._refresh_pending or not (self.collector.changed or self.snapshot is None):
             return
         self._refresh_pending = True
         wait = max(0.1, self._last_rebuild + self.min_rebuild_s - time.monotonic())
@@ -68,6 +68,7 @@ class VerltopApp(App):
         """A new Snapshot from the collector's data (pure analysis), published to the screens."""
         self._refresh_pending = False
         self._last_rebuild = time.monotonic()
+        self.collector.changed = False
         if not self.collector.has_data and self.snapshot is None:
             self._publish(None)
             return
