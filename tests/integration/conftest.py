@@ -16,19 +16,34 @@ Contract (other test modules rely on it):
   bearer token and returns the decoded JSON (or text); ``dashboard.raw(path, token=..., **params)``
   returns ``(status, body)`` without raising on HTTP errors.
 
+- ``scenario_cluster`` (session scope): a second, separate Ray cluster for the dump scenarios
+  (``scenarios.py``): head + two worker nodes on this machine (``ray.cluster_utils.Cluster``, token auth,
+  ``RAY_DASHBOARD_ENABLE_PROFILING=1``), a ``TaskRunner`` controller and two verl worker groups, ``A``
+  (4 ranks, 2 per worker node, roles actor_rollout + critic) and ``B`` (4 ranks on the head, role ref).
+  It is driven by a host process (never by the pytest process, which may be the demo's driver), started
+  on first use (~30-60 s) and stopped right after the last test that uses it. The modules that use it run
+  before the demo's (``pytest_collection_modifyitems`` below), so the two clusters never run at once.
+  A scenario leaves group A released (idle) when it ends; group B may be left hung or dead.
+
 Mark every test here with ``ray`` (``pytest -m "not ray"`` then deselects them). Without ray, torch or verl
 installed, no test module in this directory is collected.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -115,3 +130,247 @@ def hung_demo(demo: DemoHandle) -> Iterator[DemoHandle]:
             break
         assert time.monotonic() < deadline, f"job did not resume within {RELEASE_WAIT_S}s: {p}"
         time.sleep(0.5)
+
+
+# ------------------------------------------------------------------------------------ scenario cluster
+
+HERE = Path(__file__).resolve().parent
+SCENARIO_START_S = 300
+_SCENARIO: dict[str, ScenarioCluster] = {}
+
+
+class ScenarioCluster:
+    """The pytest side of ``scenarios.py host``: JSON-line commands, rank positions, ``verltop`` runs."""
+
+    def __init__(self, state_dir: Path) -> None:
+        import queue
+        import threading
+
+        from verltop.sources.config import resolve_token
+
+        self.state_dir = state_dir
+        self.token = resolve_token()[0]
+        self.stopped = False
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH")) if p)
+        # the dashboard agents run `shutil.which("py-spy")`: the venv's bin must be on their PATH
+        env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
+        env["RAY_DASHBOARD_ENABLE_PROFILING"] = "1"
+        env.setdefault("RAY_AUTH_MODE", "token")  # as on a cluster that ray.init() started
+        env.pop("RAY_ADDRESS", None)
+        self.env = env
+        self.log = open(state_dir / "host.log", "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [sys.executable, str(HERE / "scenarios.py"), "host", "--state-dir", str(state_dir / "state")],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, env=env, text=True,
+            start_new_session=True,
+        )
+        self._replies: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        t0 = time.monotonic()
+        first = self._reply(SCENARIO_START_S)
+        if not first.get("ok"):
+            self.stop()
+            raise RuntimeError(f"scenario cluster did not start:\n{first.get('error')}")
+        self.startup_s = time.monotonic() - t0
+        self.info = first
+        self.address: str = first["dashboard"]
+        self.gcs: str = first["gcs"]
+        self.prefix = {g: v["prefix"] for g, v in first["groups"].items()}
+        self.dashboard = Dashboard(self)  # type: ignore[arg-type]  # needs .address and .token only
+        self._wait_settled()
+
+    def _wait_settled(self, timeout: float = 30) -> None:
+        """Until the dashboard lists every rank's setup tasks as finished (task events lag ~1 s): verltop
+        learns the roles a colocated worker hosts from them."""
+        want = {f"WorkerDict.{role}_setup": v["world_size"] for v in self.info["groups"].values()
+                for role in v["roles"]}
+        deadline = time.monotonic() + timeout
+        while True:
+            done: dict[str, int] = {}
+            for t in self.dashboard.rows("tasks", limit=10000):
+                if t["state"] == "FINISHED":
+                    done[t["name"]] = done.get(t["name"], 0) + 1
+            if all(done.get(k, 0) >= n for k, n in want.items()):
+                return
+            assert time.monotonic() < deadline, f"setup tasks not all finished on the dashboard: {done}"
+            time.sleep(0.5)
+
+    # -- protocol
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._replies.put(line)
+        self._replies.put("")
+
+    def _reply(self, timeout: float) -> dict[str, Any]:
+        import queue
+
+        try:
+            line = self._replies.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"scenario host silent for {timeout:.0f}s (log: {self.log.name})") from None
+        if not line:
+            raise AssertionError(f"scenario host exited (rc={self.proc.poll()}; log: {self.log.name})")
+        return json.loads(line)
+
+    def cmd(self, timeout: float = 60, **kw: Any) -> dict[str, Any]:
+        assert not self.stopped, "the scenario cluster was stopped"
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(kw) + "\n")
+        self.proc.stdin.flush()
+        r = self._reply(timeout)
+        assert r.get("ok"), r.get("error")
+        return r
+
+    # -- scenarios
+
+    def ranks(self, group: str) -> list[dict[str, Any]]:
+        """``{"rank", "pid", "node_id", "actor_id", ...}`` of the group's ranks, by rank."""
+        return sorted((r for r in self.info["ranks"] if r["group"] == group), key=lambda r: r["rank"])
+
+    def start(self, group: str, plan: dict[str, str], tag: str) -> None:
+        """The controller launches the plan and returns (it is idle while the ranks act)."""
+        self.cmd(cmd="start", group=group, plan=plan, tag=tag)
+
+    def run(self, group: str, plan: dict[str, str], tag: str) -> None:
+        """The controller launches the plan and waits for every rank in ``ray.get``."""
+        self.cmd(cmd="run", group=group, plan=plan, tag=tag)
+
+    def release(self, tag: str) -> None:
+        (self.state_dir / "state" / f"release-{tag}").write_text("")
+
+    def wait(self, tag: str, timeout: float = 30) -> dict[str, Any]:
+        """``{"done", "errors"}`` once every rank (or the controller's run) of ``tag`` returned."""
+        return self.cmd(cmd="wait", tag=tag, wait_s=timeout, timeout=timeout + 30)
+
+    def finish(self, tag: str) -> None:
+        """Release the stragglers of ``tag`` and wait until the scenario is over, cleanly."""
+        self.release(tag)
+        r = self.wait(tag)
+        assert r["done"] and not r["errors"], r
+
+    def positions(self, group: str) -> dict[int, dict[str, Any]]:
+        out = {}
+        for r in self.ranks(group):
+            with contextlib.suppress(OSError, ValueError):
+                out[r["rank"]] = json.loads((self.state_dir / "state" / "pos" / f"{group}.{r['rank']}").read_text())
+        return out
+
+    def wait_positions(self, group: str, ops: dict[int, str], tag: str, timeout: float = 30) -> None:
+        """Until rank r of ``group`` has entered ``ops[r]`` in scenario ``tag``; then a moment for it to be
+        inside (the marker is written just before the call)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            pos = self.positions(group)
+            if all(pos.get(r, {}).get("tag") == tag and pos[r]["op"] == op for r, op in ops.items()):
+                break
+            assert time.monotonic() < deadline, f"ranks not in position after {timeout}s: {pos}"
+            time.sleep(0.1)
+        time.sleep(0.5)
+
+    def wait_tasks(self, running: set[str], idle: set[str] = frozenset(), timeout: float = 30) -> None:
+        """Until the dashboard (what verltop reads) shows a running task on the actors in ``running`` and
+        none on those in ``idle`` (task events reach it about once a second)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            now = {t["actor_id"] for t in self.dashboard.running_tasks() if t.get("actor_id")}
+            if running <= now and not idle & now:
+                return
+            assert time.monotonic() < deadline, f"running tasks on {now}, wanted {running}, not {idle}"
+            time.sleep(0.5)
+
+    # -- verltop, as a user runs it
+
+    def verltop(self, *args: str, env: dict[str, str] | None = None, timeout: float = 120
+                ) -> tuple[subprocess.CompletedProcess[str], float]:
+        exe = Path(sys.executable).parent / "verltop"
+        e = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_DASHBOARD_ADDRESS")}
+        e.update(env or {})
+        t0 = time.monotonic()
+        p = subprocess.run([str(exe), *args, "--address", self.address], capture_output=True, text=True,
+                           timeout=timeout, env=e)
+        return p, time.monotonic() - t0
+
+    def dump(self, group: str | None = None, *extra: str, env: dict[str, str] | None = None
+             ) -> tuple[dict[str, Any], float]:
+        """``verltop dump --json [--group PREFIX] ...``: the parsed report and the wall time."""
+        args = ["dump", "--json", *extra]
+        if group is not None:
+            args += ["--group", self.prefix[group]]
+        p, wall = self.verltop(*args, env=env)
+        assert p.returncode == 0, f"verltop {' '.join(args)} -> {p.returncode}\n{p.stderr[-2000:]}"
+        return json.loads(p.stdout), wall
+
+    # -- teardown
+
+    def descendants(self) -> list[int]:
+        import psutil
+
+        try:
+            return [c.pid for c in psutil.Process(self.proc.pid).children(recursive=True)]
+        except psutil.Error:
+            return []
+
+    def stop(self) -> list[str]:
+        """Stop the cluster; SIGKILL whatever of it outlives the host. Returns ``ps`` lines of the
+        processes that were still there 20 s after the stop was asked (empty when clean). Idempotent."""
+        import psutil
+
+        if self.stopped:
+            return []
+        self.stopped = True
+        procs = []
+        for pid in self.descendants():
+            with contextlib.suppress(psutil.Error):
+                procs.append(psutil.Process(pid))
+        try:
+            if self.proc.poll() is None and self.proc.stdin is not None:
+                self.proc.stdin.write(json.dumps({"cmd": "stop"}) + "\n")
+                self.proc.stdin.close()
+            self.proc.wait(timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        deadline = time.monotonic() + 20
+        while (left := [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]) and \
+                time.monotonic() < deadline:
+            time.sleep(0.2)
+        stray = []
+        for p in left:
+            with contextlib.suppress(psutil.Error):
+                stray.append(f"{p.pid} {' '.join(p.cmdline())[:120]}")
+                p.kill()
+        self.log.close()
+        return stray
+
+
+@pytest.fixture(scope="session")
+def scenario_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ScenarioCluster]:
+    c = ScenarioCluster(tmp_path_factory.mktemp("scenario-cluster"))
+    _SCENARIO["cluster"] = c
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Modules on the scenario cluster run before the other modules here (the demo's): one cluster at a
+    time on 2 cores. Only whole modules move; the order inside a module is kept."""
+    here = [i for i, it in enumerate(items) if Path(str(it.path)).parent == HERE]
+    users = {it.path for it in items if "scenario_cluster" in getattr(it, "fixturenames", ())}
+    moved = sorted((items[i] for i in here), key=lambda it: it.path not in users)
+    for i, it in zip(here, moved, strict=True):
+        items[i] = it
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Stop the scenario cluster after the last test that uses it, not at the end of the session."""
+    c = _SCENARIO.get("cluster")
+    if c is None or "scenario_cluster" not in getattr(item, "fixturenames", ()):
+        return
+    if nextitem is None or "scenario_cluster" not in getattr(nextitem, "fixturenames", ()):
+        c.stop()
