@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from verltop.model import Node, RawActor, RawTask
 from verltop.sources import parse
@@ -30,21 +31,6 @@ class Result(Generic[T]):
         return self.error is None
 
 
-def _same_as_last(client: DashboardClient, key: str, body: bytes | None) -> tuple[bool, object]:
-    """Was this endpoint's answer identical to the last one? A running job's task list is the same for
-    as long as a phase lasts; comparing bytes (memcmp) is far cheaper than parsing 1,000 rows again."""
-    memo = client.memo
-    last = memo.get(key)
-    if last is not None and body is not None and last[0] == body:
-        return True, last[1]
-    return False, None
-
-
-def _remember(client: DashboardClient, key: str, body: bytes | None, value: object) -> None:
-    if body is not None:
-        client.memo[key] = (body, value)
-
-
 def _fail(reply: Reply, now: float) -> Result:
     return Result(None, reply.error, now, reply.elapsed_s, retry_after_s=reply.retry_after_s)
 
@@ -62,118 +48,97 @@ def _filters(*kv: tuple[str, str, str]) -> list[tuple[str, str]]:
     return out
 
 
+def _list_params(timeout_s: float, detail: bool | None = None, limit: int = LIMIT) -> list[tuple[str, str]]:
+    p = [("limit", str(limit)), ("timeout", str(int(max(1, timeout_s))))]
+    return ([("detail", "1" if detail else "0"), *p]) if detail is not None else p
+
+
+async def _get_parsed(
+    client: DashboardClient, path: str, params: list[tuple[str, str]] | None, timeout_s: float,
+    parser: Callable[[Any, float], tuple[Any, str | None]], memo_key: str | None = None,
+) -> Result:
+    """GET ``path``, parse its JSON with ``parser(doc, now) -> (value, note)``; one-line errors.
+
+    With ``memo_key``, an answer byte-for-byte equal to the previous one is not parsed again (a running
+    job's task list stays the same for as long as a phase lasts; memcmp is far cheaper than 1,000 rows).
+    """
+    reply = await client.get(path, params, timeout_s)
+    now = time.time()
+    if not reply.ok:
+        return _fail(reply, now)
+    if memo_key is not None:
+        last = client.memo.get(memo_key)
+        if last is not None and reply.body is not None and last[0] == reply.body:
+            value, note = last[1]  # type: ignore[misc]
+            return Result(value, None, now, reply.elapsed_s, note, unchanged=True)
+    try:
+        value, note = parser(parse.loads(reply.body or b""), now)
+    except parse.ParseError as e:
+        return Result(None, str(e), now, reply.elapsed_s)
+    if memo_key is not None and reply.body is not None:
+        client.memo[memo_key] = (reply.body, (value, note))
+    return Result(value, None, now, reply.elapsed_s, note)
+
+
 async def fetch_actors(client: DashboardClient, timeout_s: float = 10.0, detail: bool = True
                        ) -> Result[list[RawActor]]:
     """Every actor; with ``detail``, also the runtime env's rank keys and the death cause (5x the bytes).
     Dead actors are included: a dead rank is the first thing a user looks for."""
-    params = [("detail", "1" if detail else "0"), ("limit", str(LIMIT)), ("timeout", str(int(max(1, timeout_s))))]
-    reply = await client.get("/api/v0/actors", params, timeout_s + 2)
-    now = time.time()
-    if not reply.ok:
-        return _fail(reply, now)
-    try:
-        rows, lr = parse.actors(parse.loads(reply.body or b""))
-    except parse.ParseError as e:
-        return Result(None, str(e), now, reply.elapsed_s)
-    return Result(rows, None, now, reply.elapsed_s, _trunc_note("actors", lr))
+    def p(doc: Any, now: float) -> tuple[Any, str | None]:
+        rows, lr = parse.actors(doc)
+        return rows, _trunc_note("actors", lr)
+
+    return await _get_parsed(client, "/api/v0/actors", _list_params(timeout_s, detail), timeout_s + 2, p)
 
 
 async def fetch_actor_states(client: DashboardClient, timeout_s: float = 10.0
                              ) -> Result[list[tuple[str, str, int | None, str | None]]]:
     """``(actor_id, state, pid, node_id)`` of every actor: the base columns only (a fifth of the bytes)."""
-    params = [("detail", "0"), ("limit", str(LIMIT)), ("timeout", str(int(max(1, timeout_s))))]
-    reply = await client.get("/api/v0/actors", params, timeout_s + 2)
-    now = time.time()
-    if not reply.ok:
-        return _fail(reply, now)
-    same, prev = _same_as_last(client, "actor_states", reply.body)
-    if same:
-        rows, note = prev  # type: ignore[misc]
-        return Result(rows, None, now, reply.elapsed_s, note, unchanged=True)
-    try:
-        rows, lr = parse.actor_states(parse.loads(reply.body or b""))
-    except parse.ParseError as e:
-        return Result(None, str(e), now, reply.elapsed_s)
-    note = _trunc_note("actors", lr)
-    _remember(client, "actor_states", reply.body, (rows, note))
-    return Result(rows, None, now, reply.elapsed_s, note)
+    def p(doc: Any, now: float) -> tuple[Any, str | None]:
+        rows, lr = parse.actor_states(doc)
+        return rows, _trunc_note("actors", lr)
+
+    return await _get_parsed(client, "/api/v0/actors", _list_params(timeout_s, False), timeout_s + 2, p,
+                             memo_key="actor_states")
 
 
 async def fetch_running_tasks(client: DashboardClient, timeout_s: float = 10.0, detail: bool = True
                               ) -> Result[list[RawTask]]:
     """RUNNING tasks (the state filter is evaluated in GCS); ``detail`` adds start times (3x the bytes)."""
-    params = [("detail", "1" if detail else "0"), ("limit", str(LIMIT)), ("timeout", str(int(max(1, timeout_s))))]
-    params += _filters(("state", "=", "RUNNING"))
-    reply = await client.get("/api/v0/tasks", params, timeout_s + 2)
-    now = time.time()
-    if not reply.ok:
-        return _fail(reply, now)
-    key = f"running_tasks:{int(detail)}"
-    same, prev = _same_as_last(client, key, reply.body)
-    if same:
-        running, note = prev  # type: ignore[misc]
-        return Result(running, None, now, reply.elapsed_s, note, unchanged=True)
-    try:
-        rows, lr = parse.tasks(parse.loads(reply.body or b""))
-    except parse.ParseError as e:
-        return Result(None, str(e), now, reply.elapsed_s)
-    running = [t for t in rows if t.state == "RUNNING"]
-    note = _trunc_note("tasks", lr)
-    _remember(client, key, reply.body, (running, note))
-    return Result(running, None, now, reply.elapsed_s, note)
+    def p(doc: Any, now: float) -> tuple[Any, str | None]:
+        rows, lr = parse.tasks(doc)
+        return [t for t in rows if t.state == "RUNNING"], _trunc_note("tasks", lr)
+
+    params = _list_params(timeout_s, detail) + _filters(("state", "=", "RUNNING"))
+    return await _get_parsed(client, "/api/v0/tasks", params, timeout_s + 2, p, memo_key=f"running:{int(detail)}")
 
 
 async def fetch_finished_tasks(client: DashboardClient, limit: int = 2000, timeout_s: float = 15.0
                                ) -> Result[list[RawTask]]:
     """FINISHED actor tasks, read once at start to seed the duration history (never on a timer)."""
-    params = [("detail", "1"), ("limit", str(limit)), ("timeout", str(int(timeout_s)))]
-    params += _filters(("state", "=", "FINISHED"))
-    reply = await client.get("/api/v0/tasks", params, timeout_s + 2)
-    now = time.time()
-    if not reply.ok:
-        return _fail(reply, now)
-    try:
-        rows, _lr = parse.tasks(parse.loads(reply.body or b""))
-    except parse.ParseError as e:
-        return Result(None, str(e), now, reply.elapsed_s)
-    return Result(rows, None, now, reply.elapsed_s)
+    params = _list_params(timeout_s, True, limit) + _filters(("state", "=", "FINISHED"))
+    return await _get_parsed(client, "/api/v0/tasks", params, timeout_s + 2,
+                             lambda doc, now: (parse.tasks(doc)[0], None))
 
 
 async def fetch_nodes(client: DashboardClient, timeout_s: float = 10.0) -> Result[list[Node]]:
-    params = [("limit", str(LIMIT)), ("timeout", str(int(max(1, timeout_s))))]
-    reply = await client.get("/api/v0/nodes", params, timeout_s + 2)
-    now = time.time()
-    if not reply.ok:
-        return _fail(reply, now)
-    try:
-        return Result(parse.state_nodes(parse.loads(reply.body or b"")), None, now, reply.elapsed_s)
-    except parse.ParseError as e:
-        return Result(None, str(e), now, reply.elapsed_s)
+    return await _get_parsed(client, "/api/v0/nodes", _list_params(timeout_s), timeout_s + 2,
+                             lambda doc, now: (parse.state_nodes(doc), None))
 
 
 async def fetch_nodes_summary(client: DashboardClient, timeout_s: float = 10.0) -> Result[list[Node]]:
-    reply = await client.get("/nodes", [("view", "summary")], timeout_s)
-    now = time.time()
-    if not reply.ok:
-        return _fail(reply, now)
-    try:
-        return Result(parse.nodes_summary(parse.loads(reply.body or b""), now), None, now, reply.elapsed_s)
-    except parse.ParseError as e:
-        return Result(None, str(e), now, reply.elapsed_s)
+    return await _get_parsed(client, "/nodes", [("view", "summary")], timeout_s,
+                             lambda doc, now: (parse.nodes_summary(doc, now), None))
 
 
 async def fetch_node_detail(client: DashboardClient, node_id: str, timeout_s: float = 10.0) -> Result[Node]:
-    reply = await client.get(f"/nodes/{node_id}", None, timeout_s)
-    now = time.time()
-    if not reply.ok:
-        return _fail(reply, now)
-    try:
-        node = parse.node_detail(parse.loads(reply.body or b""), now)
-    except parse.ParseError as e:
-        return Result(None, str(e), now, reply.elapsed_s)
-    if node is None:
-        return Result(None, "node detail without a node id", now, reply.elapsed_s)
-    return Result(node, None, now, reply.elapsed_s)
+    def p(doc: Any, now: float) -> tuple[Any, str | None]:
+        node = parse.node_detail(doc, now)
+        if node is None:
+            raise parse.ParseError("node detail without a node id")
+        return node, None
+
+    return await _get_parsed(client, f"/nodes/{node_id}", None, timeout_s, p)
 
 
 async def fetch_log_tail(
@@ -201,11 +166,5 @@ async def fetch_traceback(
 
 
 async def fetch_auth_mode(client: DashboardClient, timeout_s: float = 5.0) -> Result[str]:
-    reply = await client.get("/api/authentication_mode", None, timeout_s)
-    now = time.time()
-    if not reply.ok:
-        return _fail(reply, now)
-    try:
-        return Result(parse.auth_mode(parse.loads(reply.body or b"")), None, now, reply.elapsed_s)
-    except parse.ParseError as e:
-        return Result(None, str(e), now, reply.elapsed_s)
+    return await _get_parsed(client, "/api/authentication_mode", None, timeout_s,
+                             lambda doc, now: (parse.auth_mode(doc), None))

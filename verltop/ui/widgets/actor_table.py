@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from rich.text import Text
 from rich.console import Console
+from rich.text import Text
 from textual import events
 from textual.binding import Binding
 from textual.geometry import Size

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from rich.text import Text
-from verltop.ui.widgets.text_line import TextLine
 
 from verltop.model import Snapshot
 from verltop.text import fmt_age, fmt_bytes
 from verltop.ui.render import bar
-
+from verltop.ui.widgets.text_line import TextLine
 
 
 def header_text(s: Snapshot | None, paused: bool, width: int = 160, first_error: str | None = None,
