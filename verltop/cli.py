@@ -163,6 +163,8 @@ async def _snapshot(args: argparse.Namespace) -> int:
     if args.json:
         json.dump(snap.to_json(), sys.stdout, indent=1)
         sys.stdout.write("\n")
+        if snap.truncated:  # the JSON has no field for it; a script's user must still learn of it
+            print(f"verltop: warning: {snap.truncated}", file=sys.stderr)
     else:
         from verltop.text import snapshot_text
 

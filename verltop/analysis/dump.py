@@ -19,6 +19,10 @@ def analyse_rank(actor: ActorRow, samples: list[ProcessDump], collective: Collec
         err = next((s.error for s in samples if s.error), None) or "no stack"
         return RankDump(actor, tuple(samples), error=err, collective=collective)
     last = good[-1]
+    # it answered, then stopped answering: it exited (or was killed) during the dump; say so
+    gone = samples[-1].error if samples[-1].error else None
+    if gone:
+        gone = f"{gone} (its stack is from an earlier sample)"
     main = task_thread(last.threads)
     b = blocked_on(main, actor.gpu_util_percent, gpu_busy_percent)
     stuck = None
@@ -29,7 +33,7 @@ def analyse_rank(actor: ActorRow, samples: list[ProcessDump], collective: Collec
             keys.add(stack_key(t.frames) if t else ())
         # "stuck" is about a task that does not progress; an idle worker's loop never moves either
         stuck = len(keys) == 1 if actor.task else None
-    return RankDump(actor, tuple(samples), main=main, blocked_on=b, stuck=stuck, collective=collective)
+    return RankDump(actor, tuple(samples), main=main, blocked_on=b, stuck=stuck, collective=collective, error=gone)
 
 
 def analyse(

@@ -54,7 +54,7 @@ def _numel(sizes: Any) -> int | None:
     if isinstance(sizes, list) and sizes and isinstance(sizes[0], list):
         try:
             return int(math.prod(int(x) for x in sizes[0]))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: JSON's Infinity as a size
             return None
     return None
 
@@ -95,8 +95,9 @@ def rank_state(doc: dict[str, Any], rank: int, pg: str = "0") -> FrRank:
         seq = _int(e.get("collective_seq_id"))
         if pgid != pg or seq is None:
             continue
-        entries.append(FrEntry(pgid, seq, _op(e.get("profiling_name")), e.get("profiling_name"),
-                               e.get("input_sizes"), e.get("state")))
+        name = e.get("profiling_name")
+        name = name if isinstance(name, str) else None  # compared and hashed across ranks: a string or nothing
+        entries.append(FrEntry(pgid, seq, _op(name), name, e.get("input_sizes"), e.get("state")))
     return FrRank(rank, _int(s.get("last_enqueued_collective")) if isinstance(s, dict) else None,
                   _int(s.get("last_completed_collective")) if isinstance(s, dict) else None, tuple(entries))
 
@@ -134,7 +135,7 @@ def match(ranks: list[FrRank]) -> list[str]:
             out.append(f"collective #{seq} ({first.profiling_name}): ranks {missing} never joined "
                        f"(ranks {sorted(have)} wait)")
         names = {e.profiling_name for e in have.values()}
-        sizes = {json.dumps(e.input_sizes) for e in have.values()}
+        sizes = {json.dumps(e.input_sizes, default=repr) for e in have.values()}  # a pickle may hold a set
         if len(names) > 1 or (len(sizes) > 1 and len(names) == 1 and "all_gather" not in str(names)):
             detail = ", ".join(f"rank {k} {e.profiling_name} {e.input_sizes}" for k, e in sorted(have.items()))
             out.append(f"collective #{seq} mismatch: {detail}")

@@ -46,6 +46,13 @@ def op_name(op_type: str) -> str:
     return OP_NAMES.get(op_type.upper(), op_type.lower())
 
 
+def _num(s: str | None) -> int | None:
+    try:
+        return int(s) if s else None
+    except ValueError:  # more digits than int() reads (4300): not a count a watchdog prints
+        return None
+
+
 def parse_watchdog(text: str) -> CollectiveInfo | None:
     """The latest watchdog facts in one log tail, or None when there are none."""
     if not text or ("NCCL" not in text and "WorkNCCL" not in text):
@@ -57,14 +64,14 @@ def parse_watchdog(text: str) -> CollectiveInfo | None:
         m = _TIMEOUT.search(line)
         if m:
             found = True
-            seq = int(m.group(1))
+            seq = _num(m.group(1))
             op = op_name(m.group(2))
-            numel = int(m.group(3)) if m.group(3) else None
-            timeout = int(m.group(5)) if m.group(5) else None
+            numel = _num(m.group(3))
+            timeout = _num(m.group(5))
         m2 = _LAST.search(line)
         if m2:
             found = True
-            enq, comp = int(m2.group(1)), int(m2.group(2))
+            enq, comp = _num(m2.group(1)), _num(m2.group(2))
             p = _PG.search(line)
             if p:
                 pg = p.group(2) or p.group(1)

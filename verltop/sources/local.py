@@ -203,6 +203,15 @@ def _nvml_msg(e: Exception) -> str:
     return " ".join(s.split())[:120]
 
 
+def ray_worker_here(pid: int) -> bool:
+    """Is ``pid`` a Ray worker process on this machine (its title starts with ``ray::``)?"""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read(5) == b"ray::"
+    except OSError:
+        return False
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -184,6 +184,8 @@ def actor_states(doc: Any) -> tuple[list[tuple[str, str, int | None, str | None]
                 st = r.get("state")
                 out.append((aid, st.upper() if isinstance(st, str) else "UNKNOWN", _int(r.get("pid")) or None,
                             _str(r.get("node_id")) or None))
+    if lr.rows and not out:  # as in actors(): a changed schema must not read as "every actor is gone"
+        raise ParseError("dashboard actor rows lack actor_id (schema changed?)")
     return out, lr
 
 

@@ -8,12 +8,14 @@ not detached, and are killed when the dump ends (and die with this driver anyway
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from typing import Any
 
 from verltop.model import ProcessDump
 from verltop.sources import pyspy_parse
+from verltop.sources.config import resolve_token
 from verltop.sources.stacks import NO_PYSPY, DumpOptions, explain_pyspy_error
 
 NAMESPACE = "verltop-probe"
@@ -91,7 +93,21 @@ class ProbePool:
 
     def _init(self, node_id: str) -> None:
         import logging
+        import sys
 
+        # Ray turns token auth on by itself only for address="auto" without RAY_ADDRESS; with an explicit
+        # address its GCS refuses us (and its C++ client retries, printing, for the whole timeout). The
+        # token verltop found is in the places Ray's loader reads: say that auth is on (before Ray reads
+        # its config at import).
+        if "RAY_AUTH_MODE" not in os.environ and resolve_token()[0]:
+            os.environ["RAY_AUTH_MODE"] = "token"
+            if "ray" in sys.modules:
+                try:
+                    from ray._raylet import Config
+
+                    Config.initialize("")
+                except (ImportError, AttributeError):
+                    pass
         import ray
 
         # ray.init's warnings (token auth on, no SIGTERM handler off the main thread) are not ours to
@@ -145,7 +161,10 @@ class ProbePool:
             )
         except asyncio.TimeoutError:
             self._failed[node_id] = "probe actor could not be scheduled on that node (no answer)"
-            ray.cancel(ref, force=True)
+            try:  # force=True raises for actor tasks; a queued call is dropped without it
+                ray.cancel(ref)
+            except Exception:  # noqa: BLE001 - best effort: the probe is killed in close() anyway
+                pass
             return ProcessDump(pid, error=self._failed[node_id], taken_at=started)
         except Exception as e:  # noqa: BLE001 - actor died, node left: all are "no stack here"
             return ProcessDump(pid, error=f"probe failed: {' '.join(str(e).split())[:160]}", taken_at=started)

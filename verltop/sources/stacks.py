@@ -82,6 +82,16 @@ def local_title_ok(pid: int, class_name: str) -> bool:
     return title.startswith("ray::" + class_name.rsplit(".", 1)[-1])
 
 
+def _exited(pid: int) -> bool:
+    """Gone, or a zombie (killed, not yet reaped by its raylet): nothing left to dump."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state in (b"Z", b"X")
+
+
 async def pyspy_local(pid: int, opts: DumpOptions, pyspy: str) -> ProcessDump:
     """One ``py-spy dump --json`` of a local pid, killed at its timeout."""
     args = [pyspy, "dump", "--json", "--pid", str(pid)]
@@ -156,10 +166,17 @@ class StackCapture:
         pid = a.pid
         if pid is None:
             return ProcessDump(-1, error="actor has no pid (not started yet?)")
+        if self.opts.via == "auto" and a.node_id in self.local_node_ids and not local_title_ok(pid, a.class_name):
+            # on this machine, but no longer that Ray worker: never ask a dashboard to dump whatever has
+            # the pid now
+            if _exited(pid):
+                return ProcessDump(pid, error="process exited before it could be dumped")
+            return ProcessDump(pid, error=f"pid {pid} is no longer this actor's process (it exited and the pid "
+                               "was reused)")
         if self.is_local(a):
             if self.pyspy is None:
                 return ProcessDump(pid, error=NO_PYSPY)
-            if not os.path.exists(f"/proc/{pid}"):
+            if _exited(pid):
                 return ProcessDump(pid, error="process exited before it could be dumped")
             async with self._sem:
                 return await pyspy_local(pid, self.opts, self.pyspy)
