@@ -346,11 +346,18 @@ def main() -> int:
          "first_ranks": lambda: child_first_ranks(rest[0])}[mode]()
         return 0
     rows: list[tuple] = []
-    rows += bench_merge()
-    rows += bench_dump_local()
-    rows += bench_ui(a.quick)
+    steps = [bench_merge, bench_dump_local, lambda: bench_ui(a.quick)]
     if not (a.quick or a.no_live):
-        rows += bench_live(a.quick)
+        steps.append(lambda: bench_live(a.quick))
+    for step in steps:
+        try:
+            got = step()
+        except Exception as e:  # noqa: BLE001 - one failed measurement must not lose the others
+            print(f"benchmark step failed: {e.__class__.__name__}: {e}", file=sys.stderr)
+            continue
+        for r in got:
+            print("  " + " | ".join(str(x) for x in r), file=sys.stderr, flush=True)
+        rows += got
     print(f"\nverltop benchmark — {os.cpu_count()} cores, Python {sys.version.split()[0]}, "
           f"{time.strftime('%Y-%m-%d')}\n")
     print("| measure | verltop (peer) | target | |")

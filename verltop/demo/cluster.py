@@ -165,6 +165,9 @@ def start_demo(
         os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
     try:
         ray.init(
+            # always a new cluster of our own: with no address, ray.init() joins a cluster that `ray start`
+            # left running on this machine (and then refuses num_cpus)
+            address="local",
             include_dashboard=True,
             dashboard_host="127.0.0.1",
             dashboard_port=port,
