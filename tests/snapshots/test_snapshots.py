@@ -34,7 +34,7 @@ async def _loaded(pilot) -> None:
     await app.collector.poll_once(seed=False)
     for s in app.collector.src.all():
         s.ok_at = FROZEN_NOW  # ages are part of the picture: freeze them too
-    app.rebuild()
+    await app.rebuild()
     await pilot.pause()
 
 

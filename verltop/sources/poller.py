@@ -102,6 +102,8 @@ class Collector:
         self._task_detail_at: float | None = None
         self._last_task_poll: float | None = None
         self.visible_nodes: dict[str, None] = {}
+        self._hist_free = asyncio.Event()
+        self._hist_free.set()
         # set when a poll brought something new; the UI rebuilds its view only then (plus its clock tick)
         self.changed = True
 
@@ -136,6 +138,7 @@ class Collector:
                 continue
             rows.append((t.actor_id, group_key(R.identity(a), a.class_name), method,
                          t.start_time_ms / 1000, t.end_time_ms / 1000))
+        await self._hist_ready()
         self.hist.seed(rows)
         self.seeded = True
 
@@ -226,6 +229,7 @@ class Collector:
                 self._actor_cache = {a.actor_id: a for a in r.value or []}
                 self._actor_detail_at = r.taken_at
             self.truncated = r.truncated
+            await self._hist_ready()
             self.hist.forget_actors({a.actor_id for a in r.value or []})
 
     async def _poll_tasks(self) -> None:
@@ -275,6 +279,7 @@ class Collector:
         self._last_task_poll = r.taken_at
         self.src.tasks.value = fixed
         actors = {a.actor_id: a for a in (self.src.actors.value or [])}
+        await self._hist_ready()
         self.hist.observe(running_task_rows(tuple(fixed), actors), r.taken_at, complete=r.truncated is None)
 
     async def _poll_nodes(self) -> None:
@@ -363,6 +368,7 @@ class Collector:
             self._record(self.src.local, D.Result(None, f"local sampling failed: {e}", time.time()))
             return
         self._record(self.src.local, D.Result(s, None, s.taken_at))
+        await self._hist_ready()
         self._note_gpu_use(s)
 
     def _note_gpu_use(self, s: Any) -> None:
@@ -399,6 +405,20 @@ class Collector:
             sources=tuple(statuses),
             truncated=self.truncated,
         )
+
+    async def snapshot_async(self, now: float | None = None) -> Snapshot:
+        """``snapshot`` with the analysis in a worker thread; polls that would change the history wait
+        for it (``_hist_ready``), so the thread never reads a history being written."""
+        now = now if now is not None else time.time()
+        data = self.data(now)
+        self._hist_free.clear()
+        try:
+            return await asyncio.to_thread(build_snapshot, data, self.hist, now, self.stall)
+        finally:
+            self._hist_free.set()
+
+    async def _hist_ready(self) -> None:
+        await self._hist_free.wait()
 
     def snapshot(self, now: float | None = None) -> Snapshot:
         now = now if now is not None else time.time()
