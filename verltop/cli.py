@@ -144,11 +144,12 @@ def _collector(args: argparse.Namespace) -> Any:
     from verltop.sources.poller import Collector
 
     iv, st = _settings(args)
-    return Collector(resolve(args.address), iv, st, use_local=not args.no_local)
+    # one-shot commands: the stdlib HTTP client (aiohttp's import alone is a third of a dump)
+    return Collector(resolve(args.address), iv, st, use_local=not args.no_local, transport="stdlib")
 
 
-async def _first_poll(col: Any, seed: bool) -> None:
-    await col.poll_once(seed=seed)
+async def _first_poll(col: Any, seed: bool, node_details: bool = True) -> None:
+    await col.poll_once(seed=seed, node_details=node_details)
     if not col.has_data:
         err = col.src.actors.error or "no answer from the dashboard"
         await col.stop()
@@ -184,10 +185,18 @@ async def _dump(args: argparse.Namespace) -> int:
     if args.output and os.path.exists(args.output) and not args.force:
         raise UserError(f"{args.output} exists; use --force to overwrite it")
     col = _collector(args)
-    await _first_poll(col, seed=True)  # finished tasks name the roles an idle colocated worker hosts
+    # Finished tasks name the roles an idle colocated worker hosts; the dashboard is slow to list them,
+    # and they only label the report, so they are read while the stacks are taken.
+    roles = asyncio.create_task(col.seed_roles())
+    try:
+        await _first_poll(col, seed=False, node_details=False)
+    except UserError:
+        roles.cancel()
+        raise
     snap = col.snapshot()
     targets = dump_targets(snap.actors, args.group)
     if not targets:
+        roles.cancel()
         await col.stop()
         what = f"worker group {args.group!r}" if args.group else "verl workers or controller"
         raise UserError(f"no {what} found on {snap.address} ({len(snap.actors)} actors)")
@@ -198,8 +207,11 @@ async def _dump(args: argparse.Namespace) -> int:
 
         collectives, fr_notes = await collective_evidence(col.client, targets, samples, not args.no_logs,
                                                           col.local_node_ids())
+        await roles
     finally:
         await col.stop()
+    fresh = {a.actor_id: a for a in col.snapshot(snap.taken_at).actors}
+    targets = [fresh.get(a.actor_id, a) for a in targets]
     report = analyse(targets, samples, time.time(), collectives, native=opts.native,
                      notes=tuple(cap.notes) + tuple(fr_notes))
     from verltop.text import dump_text, full_stacks_text

@@ -113,10 +113,11 @@ async def fetch_running_tasks(client: DashboardClient, timeout_s: float = 10.0, 
     return await _get_parsed(client, "/api/v0/tasks", params, timeout_s + 2, p, memo_key=f"running:{int(detail)}")
 
 
-async def fetch_finished_tasks(client: DashboardClient, limit: int = 2000, timeout_s: float = 15.0
-                               ) -> Result[list[RawTask]]:
-    """FINISHED actor tasks, read once at start to seed the duration history (never on a timer)."""
-    params = _list_params(timeout_s, True, limit) + _filters(("state", "=", "FINISHED"))
+async def fetch_finished_tasks(client: DashboardClient, limit: int = 2000, timeout_s: float = 15.0,
+                               detail: bool = True) -> Result[list[RawTask]]:
+    """FINISHED actor tasks, read once at start to seed the duration history (never on a timer).
+    Without ``detail``: names only (no times), enough to tell which roles a colocated worker hosts."""
+    params = _list_params(timeout_s, detail, limit) + _filters(("state", "=", "FINISHED"))
     return await _get_parsed(client, "/api/v0/tasks", params, timeout_s + 2,
                              lambda doc, now: (parse.tasks(doc)[0], None))
 

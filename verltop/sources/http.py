@@ -54,8 +54,11 @@ class DashboardClient:
     """One aiohttp session per process; at most ``max_inflight`` requests at once (Ray's state server
     is single-threaded, and answers 429 past its own limit)."""
 
-    def __init__(self, endpoint: Endpoint, max_inflight: int = 6) -> None:
+    def __init__(self, endpoint: Endpoint, max_inflight: int = 6, transport: str = "aiohttp") -> None:
+        """``transport="stdlib"``: http.client in threads, for one-shot commands (`verltop dump`,
+        `snapshot`): it imports in 10 ms where aiohttp takes 170 ms, a third of a whole dump."""
         self.endpoint = endpoint
+        self.transport = transport
         self._session: Any = None
         self._sem = asyncio.Semaphore(max_inflight)
         self.requests = 0
@@ -84,6 +87,10 @@ class DashboardClient:
         """GET ``path`` (must be on the allow-list) and return its text, or a one-line error."""
         if not allowed(path):
             raise ValueError(f"verltop refuses to call {path}: not a read-only endpoint it knows")
+        if self.transport == "stdlib":
+            async with self._sem:
+                self.requests += 1
+                return await asyncio.to_thread(self._get_stdlib, path, params, timeout_s)
         import aiohttp
 
         t0 = time.monotonic()
@@ -109,6 +116,43 @@ class DashboardClient:
                          "(is Ray running? use --address or RAY_DASHBOARD_ADDRESS)", time.monotonic() - t0)
         except (aiohttp.ClientError, OSError, ValueError) as e:
             return Reply(None, None, f"dashboard connection failed: {_one_line(e)}", time.monotonic() - t0)
+        dt = time.monotonic() - t0
+        if 200 <= status < 300:
+            return Reply(status, body, None, dt)
+        return Reply(status, None, self.status_error(status, body.decode("utf-8", "replace"), path), dt,
+                     _retry_after(retry, status))
+
+    def _get_stdlib(self, path: str, params: list[tuple[str, str]] | None, timeout_s: float) -> Reply:
+        import http.client
+        import socket
+        import urllib.parse
+
+        t0 = time.monotonic()
+        u = urllib.parse.urlsplit(self.endpoint.address)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            return Reply(None, None, f"invalid dashboard address {self.endpoint.address!r}", 0.0)
+        conn_cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
+        target = (u.path.rstrip("/") + path) + ("?" + urllib.parse.urlencode(params) if params else "")
+        headers = {"User-Agent": "verltop"}
+        if self.endpoint.token:
+            headers["Authorization"] = f"Bearer {self.endpoint.token}"
+        conn = conn_cls(u.hostname, u.port, timeout=timeout_s)
+        try:
+            conn.request("GET", target, headers=headers)
+            resp = conn.getresponse()
+            body = resp.read()
+            status, retry = resp.status, resp.getheader("Retry-After")
+        except (socket.timeout, TimeoutError):
+            return Reply(None, None, f"dashboard did not answer within {timeout_s:g} s ({self.endpoint.address})",
+                         time.monotonic() - t0)
+        except ConnectionRefusedError:
+            return Reply(None, None, f"dashboard not reachable at {self.endpoint.address}: connection refused "
+                         "(is Ray running? use --address or RAY_DASHBOARD_ADDRESS)", time.monotonic() - t0)
+        except (OSError, http.client.HTTPException, ValueError) as e:
+            return Reply(None, None, f"dashboard connection failed: {_one_line(e) or e.__class__.__name__}",
+                         time.monotonic() - t0)
+        finally:
+            conn.close()
         dt = time.monotonic() - t0
         if 200 <= status < 300:
             return Reply(status, body, None, dt)

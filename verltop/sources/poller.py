@@ -75,11 +75,12 @@ class Collector:
         stall: StallSettings | None = None,
         use_local: bool = True,
         use_nvml: bool = True,
+        transport: str = "aiohttp",
     ) -> None:
         self.endpoint = endpoint
         self.iv = intervals or Intervals()
         self.stall = stall or StallSettings()
-        self.client = DashboardClient(endpoint)
+        self.client = DashboardClient(endpoint, transport=transport)
         self.hist = TaskHistory()
         self.src = _Sources()
         for st, iv in ((self.src.actors, self.iv.actors_s), (self.src.tasks, self.iv.tasks_s),
@@ -109,14 +110,27 @@ class Collector:
 
     # ---------------------------------------------------------- one-shot
 
-    async def poll_once(self, seed: bool = True) -> None:
-        """Every source once, concurrently (for ``verltop snapshot``)."""
+    async def poll_once(self, seed: bool = True, node_details: bool = True) -> None:
+        """Every source once, concurrently (for ``verltop snapshot``; ``dump`` skips the per-worker
+        CPU/RSS of ``node_details``, which it does not show)."""
         jobs = [self._poll_actors(), self._poll_tasks(), self._poll_nodes()]
         if seed:
             jobs.append(self._seed_history())
         await asyncio.gather(*jobs)
         await self._poll_local()
-        await self._poll_node_details(all_nodes=True)
+        if node_details:
+            await self._poll_node_details(all_nodes=True)
+
+    async def seed_roles(self) -> None:
+        """Method names of finished tasks (no times): which roles idle colocated workers host."""
+        r = await D.fetch_finished_tasks(self.client, timeout_s=self.iv.timeout_s, detail=False)
+        if not r.ok or not r.value:
+            return
+        await self._hist_ready()
+        for t in r.value:
+            method = R.method_of(t.func_name) or t.name
+            if t.actor_id and method != "__init__":
+                self.hist.remember_method(t.actor_id, method)
 
     async def _seed_history(self) -> None:
         r = await D.fetch_finished_tasks(self.client, timeout_s=self.iv.timeout_s)

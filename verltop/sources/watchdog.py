@@ -17,8 +17,11 @@ async def read_collectives(
     client: DashboardClient, targets: list[ActorRow], samples: dict[str, list[ProcessDump]] | None = None,
     timeout_s: float = 5.0,
 ) -> dict[str, CollectiveInfo]:
-    """actor_id → watchdog facts, for live worker ranks (the controller has no NCCL group)."""
-    ranks = [a for a in targets if a.state == "ALIVE" and a.role != "controller" and a.worker_group][:MAX_LOGS]
+    """actor_id → watchdog facts, for live worker ranks of groups that hold GPUs (no GPU, no NCCL: no
+    watchdog lines to find; the controller has no NCCL group)."""
+    gpu_groups = {a.worker_group for a in targets if a.gpu_index is not None and a.worker_group}
+    ranks = [a for a in targets if a.state == "ALIVE" and a.role != "controller" and a.worker_group in gpu_groups]
+    ranks = ranks[:MAX_LOGS]
     sem = asyncio.Semaphore(16)
 
     async def one(a: ActorRow) -> tuple[str, CollectiveInfo | None]:
