@@ -124,7 +124,6 @@ class DashboardClient:
 
     def _get_stdlib(self, path: str, params: list[tuple[str, str]] | None, timeout_s: float) -> Reply:
         import http.client
-        import socket
         import urllib.parse
 
         t0 = time.monotonic()
@@ -142,7 +141,7 @@ class DashboardClient:
             resp = conn.getresponse()
             body = resp.read()
             status, retry = resp.status, resp.getheader("Retry-After")
-        except (socket.timeout, TimeoutError):
+        except TimeoutError:
             return Reply(None, None, f"dashboard did not answer within {timeout_s:g} s ({self.endpoint.address})",
                          time.monotonic() - t0)
         except ConnectionRefusedError:

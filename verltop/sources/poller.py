@@ -21,7 +21,6 @@ from verltop.sources.config import Endpoint
 from verltop.sources.http import DashboardClient
 from verltop.sources.local import LocalSampler, local_addresses, ray_worker_here
 
-
 DETAIL_REFRESH_S = 30.0  # detail rows are re-read at least this often
 
 
