@@ -254,6 +254,13 @@ def _demo(args: argparse.Namespace) -> int:
         from verltop.demo.cluster import start_demo
     except ImportError as e:
         raise UserError(f"the demo needs ray, torch and verl: pip install 'verltop[demo]' ({e.name} missing)") from None
+    import signal
+
+    def _stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt  # SIGTERM / SIGHUP (ssh gone) must still remove the cluster
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _stop)
     print("verltop demo: starting a local Ray cluster and a small verl PPO job (CPU, gloo)…", file=sys.stderr)
     hang_after = args.hang_after if args.hang_after > 0 else None
     handle = start_demo(hang_after=hang_after, hang_rank=args.hang_rank)
