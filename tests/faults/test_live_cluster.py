@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import stat
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -21,6 +23,7 @@ import pytest
 
 from tests.faults.helpers import PtyTui, screen_text, verltop, wait_for
 from tests.faults.live_cluster import SECRETS, TOKEN, WG_PREFIX, LiveCluster
+from verltop.sources.stacks import PTRACE_FIX
 
 pytestmark = pytest.mark.ray
 
@@ -201,6 +204,43 @@ def test_tui_process_listens_nowhere_and_runs_pyspy_only_when_asked(live, tmp_pa
 
 
 # ---------------------------------------------------------------------------------------------- process faults
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
+def test_dump_without_ptrace_says_how_to_fix(live, tmp_path):
+    """`verltop dump` whose py-spy runs as an unprivileged user (the kernel refuses ptrace of the root-owned
+    workers): every rank carries the fix, the command exits 1 with one line, no traceback."""
+    real = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+    wrapper = tmp_path / "py-spy"
+    wrapper.write_text(f'#!/bin/sh\nexec setpriv --reuid=65534 --regid=65534 --clear-groups {real} "$@"\n')
+    wrapper.chmod(0o755)
+    env = live.env(PATH=f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}")
+    p = verltop("--address", live.address, "dump", "--json", "--samples", "1", "--via", "local", env=env)
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    assert p.stderr.count("\n") == 1 and "no rank could be dumped" in p.stderr and "CAP_SYS_PTRACE" in p.stderr
+    ranks = json.loads(p.stdout)["ranks"]
+    assert len(ranks) == 5 and all(r["error"] == PTRACE_FIX for r in ranks)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
+async def test_tui_dump_without_ptrace_says_how_to_fix(live, tmp_path, monkeypatch):
+    """The same in the TUI: the stack screen lists every rank with the fix, and the app goes on."""
+    real = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+    wrapper = tmp_path / "py-spy"
+    wrapper.write_text(f'#!/bin/sh\nexec setpriv --reuid=65534 --regid=65534 --clear-groups {real} "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}")
+    app = make_app(live)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await wait_for(pilot, lambda: len(rank_rows(app)) == 4, 30, what="four ranks")
+        await wait_for(pilot, lambda: len(app.collector.local_node_ids()) == 2, 10, what="both nodes local")
+        await pilot.press("D")
+        await wait_for(pilot, lambda: app.screen.report is not None, 60, what="the dump")
+        assert [r.error for r in app.screen.report.ranks] == [PTRACE_FIX] * 5
+        assert "CAP_SYS_PTRACE" in screen_text(app)
+        await pilot.press("escape", "j", "s")
+        assert type(app.screen).__name__ == "MainScreen"
+        await pilot.press("q")
 
 
 def _probe(live: LiveCluster, node: str, pid: int, schedule_timeout_s: float = 4.0) -> tuple[str | None, float]:
