@@ -9,6 +9,15 @@ raw NVML / nvidia-smi / dashboard views; ``python3 -m verltop snapshot --json`` 
 Recorder dump through the debug-info pipe (``verltop.sources.flight_recorder.trigger_and_read``) read back;
 ``dump --json`` again (now with the Flight Recorder file); the TUI headless (``device_tui_capture.py``);
 the dashboard's GPU data again, to see how stale it was.
+
+``VT_WORLD=2`` (the two-GPU run, ``VT_PG_TIMEOUT_S`` the process group's timeout): ``main_x2``, in two phases.
+Before the NCCL timeout (from 3 s after both markers): the raw views, ``snapshot --json``, ``dump --json``,
+``--native``, text; py-spy of both ranks; the Flight Recorder through the pipe and ``dump --json`` again; the TUI
+headless. Then it waits for the watchdog (each rank's error log through the dashboard's log API, as verltop reads
+it, and the dump-on-timeout files), and after it: ``dump --json`` (Flight Recorder files and watchdog lines),
+``dump --json`` with the Flight Recorder files moved aside (the watchdog log alone), ``dump`` (text),
+``snapshot --json``, the state API again, the TUI headless again (``tui_after_*``). Every step is timed against
+the hang (``rel_hang`` in ``timings.json``).
 """
 
 from __future__ import annotations
@@ -316,5 +325,168 @@ def main() -> None:
     log("capture done")
 
 
+def log_tails(ranks: dict[int, str], tag: str | None = None) -> dict[int, dict]:
+    """Each rank's error log tail through the dashboard's log API (what verltop reads) and its watchdog facts."""
+    from verltop.analysis.watchdog import parse_watchdog
+
+    out: dict[int, dict] = {}
+    for r, aid in ranks.items():
+        fname = f"log_tail_rank{r}.{tag}.err.txt" if tag else None
+        body = get(f"/api/v0/logs/file?actor_id={aid}&lines=400&suffix=err", fname)
+        info = parse_watchdog(body if isinstance(body, str) else json.dumps(body))
+        out[r] = {"t": time.time(), "watchdog": info.to_json() if info else None}
+    return out
+
+
+def main_x2(timeout_s: float) -> None:
+    """The world-size-2 run: what verltop says before the NCCL timeout, then after the watchdog fired."""
+    os.makedirs(OUT, exist_ok=True)
+    meta: dict = {"capture_start": T0, "pg_timeout_s": timeout_s}
+    hang: dict = {}
+    while time.time() < T0 + 150 and len(hang) < 2:
+        for r in range(2):
+            f = os.path.join(OUT, f"hang_rank{r}.json")
+            if r not in hang and os.path.exists(f):
+                try:
+                    with open(f) as fh:
+                        hang[r] = json.load(fh)
+                except ValueError:
+                    pass
+        if len(hang) < 2 and os.path.exists(os.path.join(OUT, "driver_error.txt")):
+            break  # the job failed before it hung: nothing to capture
+        time.sleep(0.5)
+    meta["hang"] = hang
+    if len(hang) < 2:
+        log(f"hang markers missing: {sorted(hang)}")
+        write_json("capture_meta.json", meta)
+        return
+    t_hang = max(v["t"] for v in hang.values())
+    meta["t_hang"] = t_hang
+    t_timeout = t_hang + timeout_s
+
+    def rel() -> float:
+        return round(time.time() - t_hang, 2)
+
+    def step(name: str, args: list[str], timeout: float = 120, latest_rel: float | None = None) -> None:
+        if latest_rel is not None and rel() > latest_rel:
+            log(f"{name}: skipped at hang+{rel()} s (> {latest_rel} s: the NCCL timeout is near)")
+            meta.setdefault("skipped", []).append(name)
+            return
+        rec = run(name, args, timeout)
+        rec["rel_hang"] = round(rec["start"] - t_hang, 2)
+
+    time.sleep(max(0.0, t_hang + 3 - time.time()))
+    pids = {"rank0": hang[0]["pid"], "rank1": hang[1]["pid"]}
+    actor_ids = {r: hang[r]["actor_id"] for r in (0, 1)}
+    acts = get("/api/v0/actors?detail=1&limit=1000", "api_v0_actors.json")
+    try:
+        for a in acts["data"]["result"]["result"]:  # type: ignore[index]
+            if a.get("name") == "TaskRunner":
+                pids["TaskRunner"] = a["pid"]
+    except Exception as e:  # noqa: BLE001
+        log(f"actors: {e!r}")
+    meta["pids"] = pids
+    meta["actor_ids"] = actor_ids
+    get("/api/v0/tasks?detail=1&limit=1000", "api_v0_tasks.json")
+    nodes = get("/api/v0/nodes?detail=1", "api_v0_nodes.json")
+    node_id = hang[0].get("node_id")
+    try:
+        node_id = nodes["data"]["result"]["result"][0]["node_id"]  # type: ignore[index]
+    except Exception:  # noqa: BLE001
+        pass
+    meta["node_id"] = node_id
+    stale = [dashboard_gpus("t03")]
+    meta["nvml_first"] = nvml(pids, 3, "before verltop")
+    run("nvidia-smi.txt", ["nvidia-smi"])
+    run("nvidia-smi-compute-apps.csv", ["nvidia-smi", "--query-compute-apps=pid,used_memory,gpu_bus_id",
+                                        "--format=csv"])
+    run("nvidia-smi-gpu.csv", ["nvidia-smi", "--query-gpu=index,pci.bus_id,utilization.gpu,memory.used,"
+                               "memory.total,power.draw,clocks.sm", "--format=csv"])
+    py = sys.executable
+    late = timeout_s - 6  # nothing of the "before" phase may start later than this
+    step("verltop_snapshot.json", [py, "-m", "verltop", "snapshot", "--json"], latest_rel=late)
+    step("verltop_dump.json", [py, "-m", "verltop", "dump", "--json"], latest_rel=late)
+    step("verltop_dump_native.json", [py, "-m", "verltop", "dump", "--json", "--native"], latest_rel=late - 6)
+    step("verltop_dump.txt", [py, "-m", "verltop", "dump"], latest_rel=late)
+    pyspy = shutil.which("py-spy") or "py-spy"
+    for who in ("rank0", "rank1"):
+        step(f"pyspy_{who}.native.txt", [pyspy, "dump", "--native", "--pid", str(pids[who])], 30, late - 3)
+        step(f"pyspy_{who}.json", [pyspy, "dump", "--json", "--pid", str(pids[who])], 30, late)
+    meta["logs_before"] = log_tails(actor_ids, "before")
+    copy_fr("before_trigger")
+    if rel() < late - 3:
+        try:
+            meta["fr_trigger"] = asyncio.run(fr_trigger())
+            meta["fr_trigger"]["rel_hang"] = round(meta["fr_trigger"]["started"] - t_hang, 2)
+        except Exception as e:  # noqa: BLE001
+            meta["fr_trigger"] = {"error": repr(e)}
+        log(f"fr trigger: {json.dumps(meta['fr_trigger'])[:600]}")
+        copy_fr("after_trigger")
+        step("verltop_dump_after_fr.json", [py, "-m", "verltop", "dump", "--json"], latest_rel=late)
+    step("tui_capture.log", [py, os.path.join(HERE, "device_tui_capture.py"), OUT], 60, latest_rel=late - 16)
+    stale.append(dashboard_gpus("before_timeout"))
+    meta["before_done_rel_hang"] = rel()
+    log(f"before-timeout phase done at hang+{rel()} s (timeout at +{timeout_s:g} s)")
+
+    # ---- the NCCL timeout: wait for both ranks' watchdog lines (through the dashboard) and dump files
+    def fr_mtimes() -> dict[int, float | None]:
+        out = {}
+        for r in (0, 1):
+            p = f"/tmp/fr_rank_{r}"
+            out[r] = os.stat(p).st_mtime if os.path.exists(p) else None
+        return out
+
+    time.sleep(max(0.0, t_timeout - time.time()))
+    seen: dict[str, float] = {}
+    deadline = t_timeout + float(os.environ.get("VT_AFTER_WAIT_S", "30"))
+    while time.time() < deadline:
+        tails = log_tails(actor_ids)
+        for r, v in tails.items():
+            w = v["watchdog"]
+            if w and w.get("last_enqueued") is not None:
+                seen.setdefault(f"log_rank{r}", round(v["t"] - t_hang, 2))
+        for r, m in fr_mtimes().items():
+            if m and m > t_timeout:
+                seen.setdefault(f"fr_rank{r}", round(m - t_hang, 2))
+        if len(seen) == 4:
+            break
+        time.sleep(1.0)
+    meta["after_seen_rel_hang"] = seen  # when each rank's watchdog facts / dump-on-timeout file appeared
+    log(f"after the timeout: {seen}")
+    time.sleep(1.0)
+    meta["logs_after"] = log_tails(actor_ids, "after")
+    copy_fr("after_timeout")
+    step("verltop_dump_after_timeout.json", [py, "-m", "verltop", "dump", "--json"])
+    # the watchdog log alone: move the dump files aside for one dump, then put them back
+    moved = []
+    for r in (0, 1):
+        p = f"/tmp/fr_rank_{r}"
+        if os.path.exists(p):
+            os.rename(p, p + ".aside")
+            moved.append(p)
+    step("verltop_dump_after_timeout_logs.json", [py, "-m", "verltop", "dump", "--json"])
+    for p in moved:
+        os.rename(p + ".aside", p)
+    meta["fr_moved_aside"] = moved
+    step("verltop_dump_after_timeout.txt", [py, "-m", "verltop", "dump"])
+    step("verltop_snapshot_after_timeout.json", [py, "-m", "verltop", "snapshot", "--json"])
+    get("/api/v0/actors?detail=1&limit=1000", "api_v0_actors.after_timeout.json")
+    get("/api/v0/tasks?detail=1&limit=1000", "api_v0_tasks.after_timeout.json")
+    meta["nvml_after"] = nvml(pids, 2, "after timeout")
+    step("tui_after_capture.log", [py, os.path.join(HERE, "device_tui_capture.py"), OUT, "200", "40", "tui_after"],
+         60)
+    copy_fr("end")
+    stale.append(dashboard_gpus("end"))
+    meta["dashboard_gpu_views"] = stale
+    meta["alive_end"] = {k: bool(p) and os.path.exists(f"/proc/{p}") for k, p in pids.items()}
+    meta["t_end_rel_hang"] = rel()
+    write_json("capture_meta.json", meta)
+    write_json("timings.json", TIMINGS)
+    log("capture done")
+
+
 if __name__ == "__main__":
-    main()
+    if os.environ.get("VT_WORLD", "1") == "2":
+        main_x2(float(os.environ.get("VT_PG_TIMEOUT_S", "45")))
+    else:
+        main()

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Drive verltop's TUI headless (Textual's Pilot) against the live cluster and save its screens.
 
-usage: device_tui_capture.py OUTDIR [WIDTH HEIGHT]
+usage: device_tui_capture.py OUTDIR [WIDTH HEIGHT [TAG]]
 
 Writes ``tui_main.{svg,txt}`` (main screen, rows filled), ``tui_stacks.{svg,txt}`` (``D``: every rank's stack,
 once the dump finished) and ``tui_stacks_fr.{svg,txt}`` (after ``f``: a Flight Recorder dump through the
-debug-info pipe), plus ``tui_meta.json`` with timings. Works where no tmux is; the dashboard address and token
-come from the usual places (``RAY_DASHBOARD_ADDRESS``, ``~/.ray/auth_token``).
+debug-info pipe), plus ``tui_meta.json`` with timings (``TAG`` in place of ``tui`` when given). Works where
+no tmux is; the dashboard address and token come from the usual places (``RAY_DASHBOARD_ADDRESS``, ``~/.ray/auth_token``).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def save(app, out: str, name: str) -> None:
         f.write(screen_text(app))
 
 
-async def main(out: str, size: tuple[int, int]) -> dict:
+async def main(out: str, size: tuple[int, int], tag: str = "tui") -> dict:
     from verltop.sources.config import resolve
     from verltop.ui.app import VerltopApp
     from verltop.ui.widgets.actor_table import ActorTable
@@ -58,7 +58,7 @@ async def main(out: str, size: tuple[int, int]) -> dict:
         await pilot.pause(3.0)  # a second local sample: CPU % needs an interval
         meta["main_rows"] = table.row_count
         meta["main_ready_s"] = round(time.monotonic() - t0, 2)
-        save(app, out, "tui_main")
+        save(app, out, f"{tag}_main")
         await pilot.press("D")
         t1 = time.monotonic()
         for _ in range(600):
@@ -70,7 +70,7 @@ async def main(out: str, size: tuple[int, int]) -> dict:
         meta["dump_s"] = round(time.monotonic() - t1, 2)
         meta["first_rank_ms"] = getattr(stacks, "first_rank_ms", None)
         await pilot.pause(0.5)
-        save(app, out, "tui_stacks")
+        save(app, out, f"{tag}_stacks")
         rep = getattr(stacks, "report", None)
         if rep is not None:
             meta["suspects"] = [s.reason for s in rep.suspects]
@@ -84,9 +84,11 @@ async def main(out: str, size: tuple[int, int]) -> dict:
                     break
             meta["fr_s"] = round(time.monotonic() - t2, 2)
             await pilot.pause(0.5)
-            save(app, out, "tui_stacks_fr")
+            save(app, out, f"{tag}_stacks_fr")
             r2 = stacks.report
             meta["fr_collectives"] = {r.actor.actor_name: r.collective.to_json() for r in r2.ranks if r.collective}
+            meta["fr_suspects"] = [s.reason for s in r2.suspects]
+            meta["fr_notes"] = list(r2.notes)
         await pilot.press("escape")
         await pilot.pause(0.3)
         await pilot.press("q")
@@ -96,7 +98,8 @@ async def main(out: str, size: tuple[int, int]) -> dict:
 if __name__ == "__main__":
     out = sys.argv[1]
     size = (int(sys.argv[2]), int(sys.argv[3])) if len(sys.argv) > 3 else (200, 40)
-    meta = asyncio.run(main(out, size))
-    with open(os.path.join(out, "tui_meta.json"), "w") as f:
+    tag = sys.argv[4] if len(sys.argv) > 4 else "tui"
+    meta = asyncio.run(main(out, size, tag))
+    with open(os.path.join(out, f"{tag}_meta.json"), "w") as f:
         json.dump(meta, f, indent=1)
     print(json.dumps(meta))

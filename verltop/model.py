@@ -434,6 +434,7 @@ class DumpReport:
             "ranks": [r.to_json() for r in self.ranks],
             "groups": [g.to_json() for g in self.groups],
             "suspects": [s.to_json() for s in self.suspects],
+            "notes": list(self.notes),
         }
 
 

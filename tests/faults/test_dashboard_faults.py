@@ -219,6 +219,23 @@ async def test_tui_dashboard_goes_away_and_comes_back():
             await pilot.press("q")
 
 
+async def test_tui_started_before_the_dashboard():
+    """Not running when the TUI starts: it says so (and how to point it elsewhere), answers keys, and shows
+    the cluster as soon as the dashboard is up, without a restart."""
+    async with fake() as fd:
+        fd.take_down()
+        app = make_app(fd.url)
+        async with app.run_test(size=(180, 40)) as pilot:
+            await wait_for(pilot, lambda: "not reachable" in header(app), 10, what="not reachable")
+            assert "--address" in header(app) and "\n" not in header(app)
+            await pilot.press("question_mark", "escape", "s", "g")
+            assert type(app.screen).__name__ == "MainScreen"
+            fd.bring_up()
+            await wait_for(pilot, lambda: app.screen.query_one(ActorTable).row_count > 3, 15, what="rows")
+            await wait_for(pilot, lambda: "not reachable" not in header(app), 5, what="the error cleared")
+            await pilot.press("q")
+
+
 async def test_tui_token_rejected_then_accepted():
     """401 (no token sent) and 403 (the cluster's token changed under a running TUI)."""
     async with fake(token=TOKEN) as fd:

@@ -95,5 +95,12 @@ async def trigger_and_read(ranks: list[ActorRow], wait_s: float = 15.0
         _, _, mt = await asyncio.to_thread(read_local, ranks)
         if sum(1 for v in mt.values() if v >= t0) >= ok:
             break
-    infos, findings, _ = await asyncio.to_thread(read_local, ranks)
+    infos, findings, mt = await asyncio.to_thread(read_local, ranks)
+    fresh = sum(1 for v in mt.values() if v >= t0)
+    if fresh < ok:
+        old = [v for v in mt.values() if v < t0]
+        shown = (f"; the dumps shown are older (written {time.strftime('%H:%M:%S', time.localtime(max(old)))})"
+                 if old else "")
+        problems.append(f"{ok - fresh} of {ok} ranks wrote no fresh dump within {wait_s:g} s (a rank past an NCCL "
+                        f"watchdog timeout no longer answers its pipe){shown}")
     return infos, problems + findings

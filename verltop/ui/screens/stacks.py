@@ -198,7 +198,7 @@ class StackScreen(Screen):
         old = {r.actor.actor_id: r.collective for r in self.report.ranks if r.collective}
         old.update(infos)
         self.report = analyse(self.targets, self.samples, time.time(), old, native=self.opts.native,
-                              notes=tuple(self.report.notes) + tuple(notes))
+                              notes=merge_notes(self.report.notes, notes))
         self._show_report(self.report)
 
     def action_back(self) -> None:
@@ -245,6 +245,11 @@ class StackScreen(Screen):
             return
         self.notify(f"wrote {txt} and {js.name} (mode 0600)", timeout=8)
         self._status(Text(f"wrote {txt.resolve()} and {js.name}", style="bold green"))
+
+
+def merge_notes(old: tuple[str, ...], new: list[str]) -> tuple[str, ...]:
+    """The report's notes after ``f``: the same cross-rank finding read again is shown once."""
+    return tuple(dict.fromkeys((*old, *new)))
 
 
 def tree_rich(r: DumpReport) -> Text:
