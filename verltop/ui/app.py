@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -73,11 +74,18 @@ class VerltopApp(App):
         if not self.collector.has_data and self.snapshot is None:
             self._publish(None)
             return
+        from verltop.ui.screens.main import MainScreen
+
         t0 = time.perf_counter()
-        self.snapshot = await self.collector.snapshot_async(self.clock())
+        snap = await self.collector.snapshot_async(self.clock())
+        self.snapshot = snap
+        # the table's rows are laid out in the thread too; the loop only swaps them in
+        mains = [s for s in self.screen_stack if isinstance(s, MainScreen)]
+        rows = {id(m): await asyncio.to_thread(m.table_rows, snap) for m in mains}
         self.last_build_ms = (time.perf_counter() - t0) * 1000
         self.snapshots_built += 1
-        self._publish(self.snapshot)
+        for m in mains:
+            m.show_snapshot(snap, rows[id(m)])
 
     def _tick(self) -> None:
         """Between snapshots the clocks move: task ages, the progress clock, the data's age."""

@@ -65,7 +65,12 @@ class MainScreen(Screen):
         self.query_one("#message", TextLine).show(text)
         self.query_one("#message", TextLine).set_class(style == "error", "-error")
 
-    def show_snapshot(self, snap: Snapshot | None) -> None:
+    def table_rows(self, snap: Snapshot) -> list:
+        """The table's rows for ``snap`` under the current grouping, sort and filter (pure: the app runs it
+        off the UI loop)."""
+        return layout_rows(snap, self.grouping, self.sort, self.filter_rx, self.filter_invert)
+
+    def show_snapshot(self, snap: Snapshot | None, rows: list | None = None) -> None:
         self._last = snap
         header = self.query_one(HeaderBar)
         first_err = self.app.collector.first_error()
@@ -75,8 +80,7 @@ class MainScreen(Screen):
         header.show_snapshot(snap, False, first_err)
         if snap is None:
             return
-        self.table.apply(layout_rows(snap, self.grouping, self.sort, self.filter_rx, self.filter_invert),
-                         snap.taken_at)
+        self.table.apply(rows if rows is not None else self.table_rows(snap), snap.taken_at)
         self._show_selection()
         node_of = {a.actor_id: a.node_id for a in snap.actors}
         self.app.collector.visible_nodes = {node_of[k]: None for k in self.table.visible_actor_rows()
