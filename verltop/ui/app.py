@@ -41,6 +41,7 @@ class VerltopApp(App):
         self.autostart = autostart
         self._refresh_pending = False
         self._last_rebuild = 0.0
+        self._last_trim = time.monotonic()
         self.snapshots_built = 0
         self.last_build_ms = 0.0
 
@@ -86,6 +87,9 @@ class VerltopApp(App):
         self.snapshots_built += 1
         for m in mains:
             m.show_snapshot(snap, rows[id(m)])
+        if time.monotonic() - self._last_trim > 60:
+            self._last_trim = time.monotonic()
+            _trim_heap()
 
     def _tick(self) -> None:
         """Between snapshots the clocks move: task ages, the progress clock, the data's age."""
@@ -108,3 +112,14 @@ class VerltopApp(App):
 
     async def on_unmount(self) -> None:
         await self.collector.stop()
+
+
+def _trim_heap() -> None:
+    """Hand freed heap back to the OS. Parsing multi-MB answers every few seconds, from several threads,
+    fragments glibc's arenas: RSS crept ~1.5 MiB a minute with a constant number of live objects."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass  # not glibc
