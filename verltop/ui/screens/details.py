@@ -8,10 +8,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from verltop.model import ActorRow
 from verltop.text import fmt_age, fmt_bytes, fmt_pct
+from verltop.ui.widgets.footer import Footer
 
 LOG_LINES = 200
 

@@ -8,10 +8,11 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
-from textual.widgets import Footer, Input
+from textual.widgets import Input
 
 from verltop.model import Snapshot
 from verltop.ui.widgets.actor_table import GROUPINGS, SORTS, ActorTable, layout_rows
+from verltop.ui.widgets.footer import Footer
 from verltop.ui.widgets.header_bar import HeaderBar
 from verltop.ui.widgets.text_line import TextLine
 

@@ -7,10 +7,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from verltop.analysis.collectives import is_native, is_wrapper
 from verltop.model import RankDump
+from verltop.ui.widgets.footer import Footer
 
 
 def rank_stack_text(rd: RankDump) -> Text:

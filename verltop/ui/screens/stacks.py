@@ -11,13 +11,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from verltop.analysis.collectives import collective_pending
 from verltop.analysis.dump import analyse, analyse_rank, dump_targets
 from verltop.analysis.merge import build_tree, compact_labels, rank_label, render_tree
 from verltop.model import ActorRow, DumpReport, ProcessDump, RankDump, Snapshot
 from verltop.sources.stacks import DumpOptions, StackCapture
+from verltop.ui.widgets.footer import Footer
 
 RANK_COLUMNS = (("group", "GROUP", 10), ("rank", "RANK", 5), ("role", "ROLE", 14), ("node", "NODE", 15),
                 ("op", "WAITS IN", 34), ("frame", "CALLING FRAME", 48), ("motion", "MOTION", 7),

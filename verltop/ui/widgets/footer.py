@@ -1,0 +1,20 @@
+"""Textual's Footer without its leak.
+
+Each recompose of Textual's Footer (on every change of the bindings: focus moves, screens come and go)
+builds new ``FooterKey`` widgets that ``data_bind`` the Footer's ``compact``; the old keys' watchers stay on
+the Footer until ``compact`` changes, which it never does here (Textualize/textual#6666, open in 8.2). So
+every key ever shown stayed alive: about 2 MB a minute in a TUI that is used. This Footer drops the
+watchers of removed keys after each recompose.
+"""
+
+from __future__ import annotations
+
+from textual.widgets import Footer as TextualFooter
+
+
+class Footer(TextualFooter):
+    async def recompose(self) -> None:
+        await super().recompose()
+        watchers = getattr(self, "__watchers", {}).get("compact")
+        if watchers:
+            watchers[:] = [(w, cb) for w, cb in watchers if not getattr(w, "_closing", False) and w.is_attached]
