@@ -69,7 +69,7 @@ def child_first_frame(url: str, t_start: float) -> None:
     from verltop.ui.app import VerltopApp
     from verltop.ui.widgets.actor_table import ActorTable
 
-    app = VerltopApp(resolve(url), use_local=False)
+    app = VerltopApp.live(resolve(url), use_local=False)
 
     def check() -> None:
         t = app.screen.query(ActorTable)
@@ -88,7 +88,7 @@ def child_refresh(url: str, seconds: float) -> None:
     from verltop.ui.widgets.actor_table import ActorTable
 
     async def run() -> dict:
-        app = VerltopApp(resolve(url), use_local=False)
+        app = VerltopApp.live(resolve(url), use_local=False)
         async with app.run_test(size=(160, 48)) as pilot:
             for _ in range(600):
                 await pilot.pause(0.05)
@@ -97,7 +97,7 @@ def child_refresh(url: str, seconds: float) -> None:
             await pilot.pause(4.0)  # past start-up (imports, first detail reads)
             cpu0 = time.process_time()
             w0 = time.monotonic()
-            polls0 = app.collector.src.tasks.tries
+            polls0 = app.engine.src.tasks.tries
             lat = []
             table = app.screen.query_one(ActorTable)
             handled: list[float] = []
@@ -119,11 +119,11 @@ def child_refresh(url: str, seconds: float) -> None:
                     lat.append((handled[-1] - t0) * 1000)
             cpu = time.process_time() - cpu0
             wall = time.monotonic() - w0
-            cycles = max(1, app.collector.src.tasks.tries - polls0)
+            cycles = max(1, app.engine.src.tasks.tries - polls0)
             return {"cpu_per_cycle_ms": cpu / cycles * 1000, "steady_cpu_pct": cpu / wall * 100,
                     "cycles": cycles, "key_ms_median": statistics.median(lat), "key_ms_p95": _p95(lat),
                     "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                    "build_ms": app.last_build_ms, "requests": app.collector.client.requests}
+                    "build_ms": app.engine.last_build_ms, "requests": app.engine.client.requests}
 
     # the key presses themselves cost CPU; measure steady CPU in a second run without keys
     print(json.dumps(asyncio.run(run())), flush=True)
@@ -134,14 +134,14 @@ def child_idle_cpu(url: str, seconds: float) -> None:
     from verltop.ui.app import VerltopApp
 
     async def run() -> dict:
-        app = VerltopApp(resolve(url), use_local=False)
+        app = VerltopApp.live(resolve(url), use_local=False)
         async with app.run_test(size=(160, 48)) as pilot:
             await pilot.pause(6.0)
             cpu0, w0 = time.process_time(), time.monotonic()
-            polls0 = app.collector.src.tasks.tries
+            polls0 = app.engine.src.tasks.tries
             await pilot.pause(seconds)
             cpu, wall = time.process_time() - cpu0, time.monotonic() - w0
-            cycles = max(1, app.collector.src.tasks.tries - polls0)
+            cycles = max(1, app.engine.src.tasks.tries - polls0)
             return {"steady_cpu_pct": cpu / wall * 100, "cpu_per_cycle_ms": cpu / cycles * 1000,
                     "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
@@ -225,7 +225,7 @@ def _spawn_ranks(n: int) -> list[subprocess.Popen]:
 def bench_dump_local() -> list[tuple]:
     from tests.analysis.helpers import row
     from verltop.analysis.dump import analyse
-    from verltop.sources.stacks import DumpOptions, StackCapture, find_pyspy
+    from verltop.sources.pyspy import DumpOptions, StackCapture, find_pyspy
 
     pyspy = find_pyspy()
     rows = []
@@ -320,7 +320,7 @@ def child_first_ranks(address: str) -> None:
     from verltop.ui.widgets.actor_table import ActorTable
 
     async def run() -> dict:
-        app = VerltopApp(resolve(address))
+        app = VerltopApp.live(resolve(address))
         async with app.run_test(size=(160, 48)) as pilot:
             for _ in range(400):
                 await pilot.pause(0.05)

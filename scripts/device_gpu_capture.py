@@ -191,11 +191,11 @@ def stale_series(seconds: float, every: float = 2.0) -> list[dict]:
 
 async def fr_trigger() -> dict:
     """What the TUI's ``f`` does, timed: ask each local rank for a dump through its pipe and read it."""
+    from verltop.engine.monitor import Monitor
     from verltop.sources.config import resolve
     from verltop.sources.flight_recorder import dump_path, read_local, trigger_and_read
-    from verltop.sources.poller import Collector
 
-    col = Collector(resolve(None), use_local=True)
+    col = Monitor(resolve(None), use_local=True)
     await col.poll_once(seed=True)
     snap = col.snapshot()
     local = col.local_node_ids()
@@ -327,7 +327,7 @@ def main() -> None:
 
 def log_tails(ranks: dict[int, str], tag: str | None = None) -> dict[int, dict]:
     """Each rank's error log tail through the dashboard's log API (what verltop reads) and its watchdog facts."""
-    from verltop.analysis.watchdog import parse_watchdog
+    from verltop.sources.watchdog import parse_watchdog
 
     out: dict[int, dict] = {}
     for r, aid in ranks.items():

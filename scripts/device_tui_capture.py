@@ -48,12 +48,12 @@ async def main(out: str, size: tuple[int, int], tag: str = "tui") -> dict:
 
     stall = StallSettings(stall_after_s=float(os.environ.get("VT_TUI_STALL_AFTER", "300")))
     meta["stall_after_s"] = stall.stall_after_s
-    app = VerltopApp(resolve(None), stall=stall, use_local=True)
+    app = VerltopApp.live(resolve(None), stall=stall, use_local=True)
     async with app.run_test(size=size) as pilot:
         table = app.screen.query_one(ActorTable)
         for _ in range(300):
             await pilot.pause(0.1)
-            if table.row_count >= 4 and app.snapshots_built >= 2:
+            if table.row_count >= 4 and app.engine.snapshots_built >= 2:
                 break
         await pilot.pause(3.0)  # a second local sample: CPU % needs an interval
         meta["main_rows"] = table.row_count

@@ -31,7 +31,7 @@ async def shoot(address: str, handle, out: Path) -> list[Path]:
     from verltop.ui.widgets.actor_table import ActorTable
 
     shots: list[Path] = []
-    app = VerltopApp(resolve(address))
+    app = VerltopApp.live(resolve(address))
 
     def save(name: str) -> None:
         p = out / f"{name}.svg"

@@ -383,13 +383,13 @@ def child(args: argparse.Namespace) -> int:
 async def _child(args: argparse.Namespace) -> int:
     import psutil
 
+    from verltop.engine.monitor import Intervals
     from verltop.sources.config import resolve
-    from verltop.sources.poller import Intervals
     from verltop.ui.app import VerltopApp
     from verltop.ui.widgets.actor_table import ActorTable
 
     me = psutil.Process()
-    app = VerltopApp(resolve(args.address), Intervals(), use_local=True)
+    app = VerltopApp.live(resolve(args.address), Intervals(), use_local=True)
     t0 = time.monotonic()
     end = t0 + args.minutes * 60
 
@@ -427,7 +427,7 @@ async def _child(args: argparse.Namespace) -> int:
                 mem = me.memory_info().rss
                 table = main_screen().query_one(ActorTable)
                 emit(kind="sample", rss_mib=round(mem / 2**20, 1), tasks=len(asyncio.all_tasks()),
-                     fds=me.num_fds(), threads=me.num_threads(), built=app.snapshots_built, rows=table.row_count)
+                     fds=me.num_fds(), threads=me.num_threads(), built=app.engine.snapshots_built, rows=table.row_count)
             p = header_problem()
             if (p is None) != (stale is None):
                 emit(kind="stale" if p else "fresh", why=p or "")
@@ -463,7 +463,7 @@ async def _child(args: argparse.Namespace) -> int:
             await pilot.pause(0.2)
         mem = me.memory_info().rss
         emit(kind="sample", rss_mib=round(mem / 2**20, 1), tasks=len(asyncio.all_tasks()), fds=me.num_fds(),
-             threads=me.num_threads(), built=app.snapshots_built,
+             threads=me.num_threads(), built=app.engine.snapshots_built,
              rows=main_screen().query_one(ActorTable).row_count)
         await pilot.press("q")
     return 0

@@ -1,4 +1,13 @@
-"""The layer rules of the design, enforced: arrows point right; ray never on the TUI's path."""
+"""The layer rules, enforced: engine over sources and analysis; ui and cli on top; arrows point one way.
+
+- ``model``, ``fmt``, ``convert``: plain data and text helpers; they import nothing else of verltop.
+- ``sources``: fetch and parse only; never analysis, engine, ui, textual or rich.
+- ``analysis``: pure; only model, fmt, convert and itself; no I/O libraries.
+- ``engine``: sources and analysis; never ui, textual or rich.
+- ``ui``: the engine (and pure analysis/fmt/text for drawing); never a source, nor an I/O library.
+- no import cycles between modules, lazy (function-level) imports included.
+- ``ray`` only in ``demo`` and the remote probe; not on the TUI's path at all.
+"""
 
 from __future__ import annotations
 
@@ -9,36 +18,107 @@ from pathlib import Path
 
 PKG = Path(__file__).parent.parent / "verltop"
 
+BASE = ("verltop.model", "verltop.fmt", "verltop.convert")
+IO_LIBS = ("aiohttp", "pynvml", "psutil", "subprocess", "ray", "socket", "http", "urllib")
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(PKG.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
 
 def imports(path: Path) -> set[str]:
+    """Every module a file imports, anywhere in it, except under ``if TYPE_CHECKING:``."""
+    tree = ast.parse(path.read_text())
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip |= {id(n) for n in ast.walk(node)}
     out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
-            out.add(node.module)
+            if node.module == "verltop":  # from verltop import fmt
+                out |= {f"verltop.{a.name}" for a in node.names}
+            else:
+                out.add(node.module)
     return out
 
 
-def test_analysis_imports_only_model_and_stdlib():
-    for f in (PKG / "analysis").glob("*.py"):
+def files(sub: str) -> list[Path]:
+    return sorted((PKG / sub).rglob("*.py")) if (PKG / sub).is_dir() else [PKG / f"{sub}.py"]
+
+
+def allowed(m: str, prefixes: tuple[str, ...]) -> bool:
+    return not m.startswith("verltop") or m.startswith(prefixes)
+
+
+def test_base_modules_import_nothing_of_verltop_but_each_other():
+    for name in ("model", "fmt", "convert"):
+        for m in imports(PKG / f"{name}.py"):
+            assert allowed(m, BASE), (name, m)
+
+
+def test_sources_fetch_and_parse_only():
+    for f in files("sources"):
         for m in imports(f):
-            top = m.split(".")[0]
-            assert top != "textual" and top != "aiohttp" and top != "ray" and top != "psutil", (f, m)
-            if top == "verltop":
-                assert m.startswith(("verltop.model", "verltop.analysis")), (f, m)
+            assert allowed(m, (*BASE, "verltop.sources")), (f, m)
+            assert not m.startswith(("textual", "rich")), (f, m)
 
 
-def test_ui_never_fetches():
-    for f in (PKG / "ui").rglob("*.py"):
+def test_analysis_is_pure():
+    for f in files("analysis"):
         for m in imports(f):
-            assert m.split(".")[0] not in ("aiohttp", "pynvml", "psutil", "subprocess", "ray"), (f, m)
+            assert allowed(m, (*BASE, "verltop.analysis")), (f, m)
+            assert m.split(".")[0] not in (*IO_LIBS, "textual", "rich", "os", "time", "asyncio"), (f, m)
 
 
-def test_sources_never_draw():
-    for f in (PKG / "sources").glob("*.py"):
+def test_engine_never_draws():
+    for f in files("engine"):
         for m in imports(f):
-            assert not m.startswith(("textual", "verltop.ui", "rich")), (f, m)
+            assert allowed(m, (*BASE, "verltop.sources", "verltop.analysis", "verltop.engine")), (f, m)
+            assert not m.startswith(("textual", "rich")), (f, m)
+
+
+def test_ui_talks_to_the_engine_not_to_sources():
+    for f in files("ui"):
+        for m in imports(f):
+            assert not m.startswith("verltop.sources"), (f, m)
+            assert allowed(m, (*BASE, "verltop.engine", "verltop.analysis", "verltop.ui", "verltop.text")), (f, m)
+            assert m.split(".")[0] not in IO_LIBS, (f, m)
+
+
+def test_no_import_cycles():
+    graph: dict[str, set[str]] = {}
+    for f in PKG.rglob("*.py"):
+        name = module_name(f)
+        graph[name] = {m for m in imports(f) if m.startswith("verltop.") and m != name}
+    known = set(graph)
+    for deps in graph.values():
+        deps &= known
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(n: str) -> None:
+        state[n] = 1
+        stack.append(n)
+        for d in sorted(graph[n]):
+            if state.get(d) == 1:
+                raise AssertionError("import cycle: " + " → ".join([*stack[stack.index(d):], d]))
+            elif d not in state:
+                visit(d)
+        stack.pop()
+        state[n] = 2
+
+    for n in sorted(graph):
+        if n not in state:
+            visit(n)
 
 
 def test_ray_only_in_demo_and_probe():
@@ -50,7 +130,7 @@ def test_ray_only_in_demo_and_probe():
 
 def test_tui_path_does_not_import_ray_or_torch():
     code = ("import sys, verltop.cli, verltop.ui.app, verltop.ui.screens.main, verltop.ui.screens.stacks, "
-            "verltop.sources.poller, verltop.sources.stacks; "
+            "verltop.ui.screens.help, verltop.engine, verltop.engine.monitor, verltop.sources.stacks; "
             "print(sorted(m for m in ('ray', 'torch', 'verl') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

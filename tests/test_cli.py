@@ -12,7 +12,7 @@ from tests.replay_server import ReplayDashboard, free_port
 
 ACTOR_KEYS = {"actor_id", "actor_name", "class_name", "pid", "node_ip", "state", "worker_group", "rank",
               "world_size", "role", "roles", "task", "task_running_s", "gpu_index", "gpu_util_percent",
-              "gpu_mem_bytes", "cpu_percent", "rss_bytes", "stalled", "stall_reason"}
+              "gpu_mem_bytes", "cpu_percent", "rss_bytes", "stalled", "stall_reason", "stalls"}
 
 
 def run(*args, env=None, timeout=60):

@@ -9,11 +9,11 @@ from hypothesis import strategies as st
 
 from verltop.analysis import roles as R
 from verltop.analysis.collectives import blocked_on, task_thread
-from verltop.analysis.flight_recorder import load_dump
-from verltop.analysis.watchdog import parse_watchdog
 from verltop.model import RawActor
 from verltop.sources import parse
-from verltop.sources.pyspy_parse import parse_json, parse_text
+from verltop.sources.flight_recorder import load_dump
+from verltop.sources.pyspy import parse_json, parse_text
+from verltop.sources.watchdog import parse_watchdog
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=20),
@@ -98,8 +98,9 @@ def test_role_classifier_total(cls, name, env, methods):
 # The watchdog lines come from worker logs and the Flight Recorder dumps from files in /tmp: both are input
 # verltop does not control (a planted /tmp file included). Generated close to the real shapes, then broken.
 
-from verltop.analysis.flight_recorder import collective_info, match, rank_state  # noqa: E402
-from verltop.analysis.watchdog import OP_NAMES  # noqa: E402
+from verltop.analysis.flight_recorder import collective_info, match  # noqa: E402
+from verltop.sources.flight_recorder import rank_state  # noqa: E402
+from verltop.sources.watchdog import OP_NAMES  # noqa: E402
 
 big_digits = st.text(alphabet="0123456789", min_size=1, max_size=5000)  # past int()'s 4300-digit limit
 numbers = st.integers(min_value=-(2**70), max_value=2**70).map(str) | big_digits | st.text(max_size=6)

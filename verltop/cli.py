@@ -60,6 +60,8 @@ def _shared(p: argparse.ArgumentParser, sub: bool = True) -> None:
     p.add_argument("--stall-after", type=_positive, metavar="S", **d,
                    help="call a task stalled after this many seconds (default 300)")
     p.add_argument("--no-local", action="store_true", **d, help="do not read this machine's processes and GPUs")
+    p.add_argument("--log-file", metavar="FILE", **d,
+                   help="where the TUI logs its own problems (default ~/.local/state/verltop/verltop.log)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -79,6 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("snapshot", help="print one snapshot of the cluster")
     _shared(s)
     s.add_argument("--json", action="store_true", help="JSON (the documented contract)")
+    s.add_argument("--cpu-window", type=float, default=0.5, metavar="S",
+                   help="seconds over which local processes' CPU %% is measured (default 0.5; 0 = none)")
 
     d = sub.add_parser("dump", help="dump every rank's stack, merged, with suspects")
     _shared(d)
@@ -110,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         cmd = args.cmd or "tui"
+        if cmd != "tui":
+            from verltop import logsetup
+
+            logsetup.to_stderr()
         if cmd == "snapshot":
             return asyncio.run(_snapshot(args))
         if cmd == "dump":
@@ -130,37 +138,35 @@ def main(argv: list[str] | None = None) -> int:
 
 def _settings(args: argparse.Namespace) -> tuple[Any, Any]:
     from verltop.analysis.stalls import StallSettings
-    from verltop.sources.poller import Intervals
+    from verltop.engine.monitor import Intervals
 
     interval = args.interval or _env_float("VERLTOP_INTERVAL", 2.0)
     stall_after = args.stall_after or _env_float("VERLTOP_STALL_AFTER", 300.0)
-    iv = Intervals(actors_s=interval, tasks_s=interval, nodes_s=max(interval, 15.0),
-                   node_detail_s=max(interval, 5.0), timeout_s=args.timeout)
-    return iv, StallSettings(stall_after_s=stall_after)
+    return Intervals.every(interval, args.timeout), StallSettings(stall_after_s=stall_after)
 
 
-def _collector(args: argparse.Namespace) -> Any:
+def _monitor(args: argparse.Namespace) -> Any:
+    from verltop.engine.monitor import Monitor
     from verltop.sources.config import resolve
-    from verltop.sources.poller import Collector
 
     iv, st = _settings(args)
     # one-shot commands: the stdlib HTTP client (aiohttp's import alone is a third of a dump)
-    return Collector(resolve(args.address), iv, st, use_local=not args.no_local, transport="stdlib")
+    return Monitor(resolve(args.address), iv, st, use_local=not args.no_local, transport="stdlib")
 
 
-async def _first_poll(col: Any, seed: bool, node_details: bool = True) -> None:
-    await col.poll_once(seed=seed, node_details=node_details)
-    if not col.has_data:
-        err = col.src.actors.error or "no answer from the dashboard"
-        await col.stop()
-        raise UserError(err)
+async def _first_poll(mon: Any, seed: bool, node_details: bool = True, cpu_window_s: float = 0.0) -> None:
+    await mon.poll_once(seed=seed, node_details=node_details, cpu_window_s=cpu_window_s)
+    if not mon.has_data:
+        err = mon.connection_problem()
+        await mon.stop()
+        raise UserError(err.text if err else "no answer from the dashboard")
 
 
 async def _snapshot(args: argparse.Namespace) -> int:
-    col = _collector(args)
-    await _first_poll(col, seed=True)
-    snap = col.snapshot()
-    await col.stop()
+    mon = _monitor(args)
+    await _first_poll(mon, seed=True, cpu_window_s=args.cpu_window)
+    snap = mon.snapshot()
+    await mon.stop()
     if args.json:
         json.dump(snap.to_json(), sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -174,8 +180,7 @@ async def _snapshot(args: argparse.Namespace) -> int:
 
 
 async def _dump(args: argparse.Namespace) -> int:
-    from verltop.analysis.dump import analyse, dump_targets
-    from verltop.sources.stacks import DumpOptions, StackCapture
+    from verltop.sources.pyspy import DumpOptions
 
     opts = DumpOptions(native=args.native, nonblocking=args.nonblocking, samples=max(1, args.samples),
                        timeout_s=args.dump_timeout, via=args.via)
@@ -184,40 +189,37 @@ async def _dump(args: argparse.Namespace) -> int:
         raise UserError(bad)
     if args.output and os.path.exists(args.output) and not args.force:
         raise UserError(f"{args.output} exists; use --force to overwrite it")
-    col = _collector(args)
+    mon = _monitor(args)
     # Finished tasks name the roles an idle colocated worker hosts; the dashboard is slow to list them,
     # and they only label the report, so they are read while the stacks are taken.
-    roles = asyncio.create_task(col.seed_roles())
+    roles = asyncio.create_task(mon.seed_roles())
     try:
-        await _first_poll(col, seed=False, node_details=False)
+        await _first_poll(mon, seed=False, node_details=False)
     except UserError:
         roles.cancel()
         raise
-    snap = col.snapshot()
-    targets = dump_targets(snap.actors, args.group)
-    if not targets:
+    snap = mon.snapshot()
+
+    async def refreshed() -> dict:
+        await roles
+        return mon.rows_by_id(snap.taken_at)
+
+    job = mon.dump(snap, args.group, opts, use_logs=not args.no_logs, refresh_rows=refreshed)
+    if not job.targets:
         roles.cancel()
-        await col.stop()
+        await mon.stop()
         what = f"worker group {args.group!r}" if args.group else "verl workers or controller"
         raise UserError(f"no {what} found on {snap.address} ({len(snap.actors)} actors)")
-    cap = StackCapture(col.client, col.local_node_ids(), opts)
     try:
-        samples = await cap.capture(targets)
-        from verltop.sources.watchdog import collective_evidence
-
-        collectives, fr_notes = await collective_evidence(col.client, targets, samples, not args.no_logs,
-                                                          col.local_node_ids())
-        await roles
+        report = await job.run()
     finally:
-        await col.stop()
-    fresh = {a.actor_id: a for a in col.snapshot(snap.taken_at).actors}
-    targets = [fresh.get(a.actor_id, a) for a in targets]
-    report = analyse(targets, samples, time.time(), collectives, native=opts.native,
-                     notes=tuple(cap.notes) + tuple(fr_notes))
+        await mon.stop()
+    if report is None:
+        raise UserError(job.problem.text if job.problem else "the dump failed")
     from verltop.text import dump_text, full_stacks_text
 
     if args.output:
-        from verltop.save import write_private
+        from verltop.engine.save import write_private
 
         body = json.dumps(report.to_json(), indent=1) if args.json else dump_text(report) + "\n\n" + \
             full_stacks_text(report)
@@ -232,19 +234,21 @@ async def _dump(args: argparse.Namespace) -> int:
         print(dump_text(report))
     dumped = sum(1 for r in report.ranks if r.error is None)
     if dumped == 0:
-        first = next((r.error for r in report.ranks if r.error), "no rank could be dumped")
+        first = next((r.error.text for r in report.ranks if r.error), "no rank could be dumped")
         print(f"verltop: error: no rank could be dumped: {first}", file=sys.stderr)
         return 1
     return 0
 
 
 def _tui(args: argparse.Namespace, demo: Any = None) -> int:
+    from verltop import logsetup
+    from verltop.engine.monitor import Monitor
     from verltop.sources.config import resolve
     from verltop.ui.app import VerltopApp
 
     iv, st = _settings(args)
-    endpoint = resolve(args.address)
-    app = VerltopApp(endpoint, iv, st, use_local=not args.no_local, demo=demo)
+    logsetup.to_file(args.log_file)
+    app = VerltopApp(Monitor(resolve(args.address), iv, st, use_local=not args.no_local), demo=demo)
     app.run()
     return app.return_code or 0
 

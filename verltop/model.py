@@ -7,27 +7,37 @@ onto the JSON contracts in the README.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-# Exact role vocabulary of the design; scripts match on these strings.
-ROLES = (
-    "controller",
-    "actor_rollout_ref",
-    "actor_rollout",
-    "actor",
-    "rollout",
-    "ref",
-    "critic",
-    "rm",
-    "teacher",
-    "rollout_server",
-    "agent_loop",
-    "reward_loop",
-    "other",
-)
+from verltop import fmt
 
+# The verl step phases in step order (the one definition: roles, the header and the timeline use it).
 PHASES = ("gen", "reward", "old_log_prob", "ref", "values", "update_critic", "update_actor", "weight_sync")
+
+
+# ---------------------------------------------------------------- problems (errors as data)
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """Something that went wrong, as data: a ``kind`` to branch on, a one-line ``message`` and, when the user
+    can fix it, a ``remedy``. Code tests ``kind``; people read ``text``."""
+
+    kind: str
+    message: str
+    remedy: str | None = None
+    status: int | None = None  # HTTP status, when there was one
+
+    @property
+    def text(self) -> str:
+        return f"{self.message}; {self.remedy}" if self.remedy else self.message
+
+    def __str__(self) -> str:
+        return self.text
+
+    def with_message(self, message: str) -> Problem:
+        return Problem(self.kind, message, self.remedy, self.status)
 
 
 # ---------------------------------------------------------------- raw rows (parsed dashboard JSON)
@@ -121,8 +131,33 @@ class Node:
 
 @dataclass(frozen=True, slots=True)
 class Stall:
-    rule: str  # "age" | "median" | "peers" | "gpu_idle" | "gpu_spin" | "dead"
-    reason: str
+    """Why a task looks stuck, as numbers; ``reason`` (the sentence) and ``tag`` (the table's words) are
+    rendered from them by ``verltop.fmt``."""
+
+    rule: str  # "dead" | "peers" | "median" | "age" | "gpu_idle" | "gpu_spin"
+    running_s: float | None = None  # the task's age when the rule fired
+    method: str | None = None
+    median_s: float | None = None  # rule "median": the median of finished runs of this method
+    ratio: float | None = None  # running_s / median_s (None when the median is zero)
+    limit_s: float | None = None  # rule "age": --stall-after; rule "median": the limit that was passed
+    peers: int | None = None  # rule "peers": how many peers finished this method since this task started
+    peers_done_s: float | None = None  # rule "peers": seconds since the last of them finished
+    state: str | None = None  # rule "dead": DEAD | RESTARTING
+    cause: str | None = None  # rule "dead": Ray's death cause
+
+    @property
+    def reason(self) -> str:
+        return fmt.stall_reason(self)
+
+    @property
+    def tag(self) -> str:
+        return fmt.stall_tag(self)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rule": self.rule, "running_s": _round(self.running_s), "method": self.method,
+                "median_s": _round(self.median_s), "ratio": _round(self.ratio), "limit_s": _round(self.limit_s),
+                "peers": self.peers, "peers_done_s": _round(self.peers_done_s), "state": self.state,
+                "cause": self.cause, "reason": self.reason}
 
 
 @dataclass(slots=True, eq=True)
@@ -200,6 +235,7 @@ class ActorRow:
             "rss_bytes": self.rss_bytes,
             "stalled": self.stalled,
             "stall_reason": self.stall_reason,
+            "stalls": [st.to_json() for st in self.stalls],
         }
 
 
@@ -207,7 +243,7 @@ class ActorRow:
 class SourceStatus:
     name: str
     age_s: float | None  # since its last good answer
-    error: str | None
+    error: Problem | None
     # how old its data may get before it is stale: a few of its own poll intervals
     stale_after_s: float = 6.0
 
@@ -241,7 +277,7 @@ class Snapshot:
 
     @property
     def errors(self) -> list[str]:
-        return [f"{s.name}: {s.error}" for s in self.sources if s.error]
+        return [f"{s.name}: {s.error.text}" for s in self.sources if s.error]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -310,7 +346,7 @@ class ProcessDump:
 
     pid: int
     threads: tuple[ThreadStack, ...] = ()
-    error: str | None = None
+    error: Problem | None = None
     native: bool = False
     taken_at: float | None = None
     duration_s: float | None = None
@@ -359,7 +395,7 @@ class RankDump:
     blocked_on: BlockedOn | None = None
     stuck: bool | None = None
     collective: CollectiveInfo | None = None
-    error: str | None = None
+    error: Problem | None = None
 
     @property
     def stack(self) -> tuple[Frame, ...]:
@@ -385,7 +421,7 @@ class RankDump:
             "collective": self.collective.to_json() if self.collective else None,
             "stuck": self.stuck,
             "stack": [f.to_json() for f in self.stack],
-            "error": self.error,
+            "error": self.error.text if self.error else None,
         }
 
 
@@ -438,10 +474,30 @@ class DumpReport:
         }
 
 
+# ---------------------------------------------------------------- Flight Recorder
+
+
+@dataclass(frozen=True, slots=True)
+class FrEntry:
+    """One collective of one rank's Flight Recorder dump."""
+
+    pg: str
+    seq: int
+    op: str | None
+    profiling_name: str | None
+    input_sizes: Any
+    state: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class FrRank:
+    """One rank's Flight Recorder state for one process group."""
+
+    rank: int
+    last_enqueued: int | None
+    last_completed: int | None
+    entries: tuple[FrEntry, ...]
+
+
 def _round(v: float | None) -> float | None:
     return None if v is None else round(v, 3)
-
-
-def to_plain(obj: Any) -> Any:
-    """dataclass → plain dict (for record files and debugging)."""
-    return asdict(obj)

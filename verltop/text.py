@@ -2,34 +2,10 @@
 
 from __future__ import annotations
 
+from verltop import fmt
 from verltop.analysis.collectives import collective_pending
 from verltop.analysis.merge import build_tree, compact_labels, rank_label, tree_text
 from verltop.model import DumpReport, Snapshot
-
-
-def fmt_bytes(n: int | None) -> str:
-    if n is None:
-        return "-"
-    f = float(n)
-    for unit in ("B", "K", "M", "G", "T"):
-        if abs(f) < 1024 or unit == "T":
-            return f"{f:.0f}{unit}" if unit in ("B", "K") else f"{f:.1f}{unit}"
-        f /= 1024
-    return f"{f:.1f}T"
-
-
-def fmt_pct(v: float | None) -> str:
-    return "-" if v is None else f"{v:.0f}%"
-
-
-def fmt_age(s: float | None) -> str:
-    if s is None:
-        return "-"
-    if s < 60:
-        return f"{s:.0f}s"
-    if s < 3600:
-        return f"{int(s // 60)}m{int(s % 60):02d}s"
-    return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
@@ -46,7 +22,7 @@ def snapshot_text(s: Snapshot) -> str:
     dead = sum(1 for n in s.nodes if n.state != "ALIVE")
     nodes = f"{len(s.nodes) - dead} ({dead} dead)" if dead else str(len(s.nodes))
     head = [f"verltop @ {s.address}  nodes {nodes}  GPUs {gpus}  actors {len(s.actors)}  "
-            f"phase {s.phase or '-'}  last progress {fmt_age(s.progress_s)} ago"]
+            f"phase {s.phase or '-'}  last progress {fmt.age(s.progress_s)} ago"]
     for e in s.errors:
         head.append(f"WARNING: {e}")
     if s.truncated:
@@ -56,8 +32,8 @@ def snapshot_text(s: Snapshot) -> str:
         rows.append([
             a.worker_group or "-", a.role, "-" if a.rank is None else f"{a.rank}/{a.world_size or '?'}",
             a.node_ip or "-", str(a.pid or "-"), "-" if a.gpu_index is None else str(a.gpu_index),
-            fmt_pct(a.gpu_util_percent), fmt_bytes(a.gpu_mem_bytes), fmt_pct(a.cpu_percent), fmt_bytes(a.rss_bytes),
-            a.state, a.task or "-", fmt_age(a.task_running_s), ("STALLED: " + a.stall_reason) if a.stalled else "",
+            fmt.pct(a.gpu_util_percent), fmt.size(a.gpu_mem_bytes), fmt.pct(a.cpu_percent), fmt.size(a.rss_bytes),
+            a.state, a.task or "-", fmt.age(a.task_running_s), ("STALLED: " + a.stall_reason) if a.stalled else "",
         ])
     table = _table(["GROUP", "ROLE", "RANK", "NODE", "PID", "GPU", "GPU%", "GMEM", "CPU%", "RSS", "STATE",
                     "TASK", "AGE", "STALL"], rows)
@@ -90,7 +66,7 @@ def dump_text(r: DumpReport) -> str:
         frame = (x.blocked_on.frame if x.blocked_on else None) or (x.stack[0].short() if x.stack else "-")
         motion = "-" if x.stuck is None else ("stuck" if x.stuck else "moving")
         rows.append([a.worker_group or "-", "-" if a.rank is None else str(a.rank), a.role, a.node_ip or "-",
-                     str(a.pid or "-"), op, frame or "-", motion, x.error or ""])
+                     str(a.pid or "-"), op, frame or "-", motion, x.error.text if x.error else ""])
     out.append(_table(["GROUP", "RANK", "ROLE", "NODE", "PID", "WAITS IN", "FRAME", "MOTION", "ERROR"], rows))
     out.append("")
     out.append("MERGED STACKS (rank sets, outermost frame first)")
@@ -112,7 +88,7 @@ def full_stacks_text(r: DumpReport) -> str:
         a = x.actor
         out.append(f"=== {rank_label(x)} role={a.role} pid={a.pid} node={a.node_ip} task={a.task or '-'}")
         if x.error:
-            out.append(f"    error: {x.error}")
+            out.append(f"    error: {x.error.text}")
         last = next((s for s in reversed(x.samples) if s.threads), None)
         for t in last.threads if last else ():
             state = "active" if t.active else "idle"

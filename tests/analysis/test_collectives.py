@@ -7,7 +7,7 @@ import pytest
 from tests.conftest import load
 from verltop.analysis.collectives import blocked_on, task_thread
 from verltop.model import Frame, ThreadStack
-from verltop.sources.pyspy_parse import parse_json, parse_text
+from verltop.sources.pyspy import parse_json, parse_text
 
 CASES = [
     # file, gpu util of that rank, expected op, expected frame (substring)

@@ -3,7 +3,8 @@ from __future__ import annotations
 import pickle
 
 from tests.conftest import FIX
-from verltop.analysis.flight_recorder import collective_info, load_dump, match, rank_state
+from verltop.analysis.flight_recorder import collective_info, match
+from verltop.sources.flight_recorder import load_dump, rank_state
 
 
 def ranks(case):

@@ -4,7 +4,7 @@ from tests.analysis.helpers import in_collective, row, sleeping
 from tests.conftest import load
 from verltop.analysis.dump import analyse
 from verltop.analysis.merge import build_tree, compact_ints, compact_labels, render_tree, tree_text
-from verltop.analysis.watchdog import parse_watchdog
+from verltop.sources.watchdog import parse_watchdog
 
 
 def test_compact_ranges():

@@ -18,12 +18,13 @@ import pytest
 from tests.analysis.helpers import row
 from verltop.analysis.collectives import blocked_on, collective_pending, task_thread
 from verltop.analysis.dump import analyse
-from verltop.analysis.flight_recorder import collective_info, load_dump, rank_state
+from verltop.analysis.flight_recorder import collective_info
 from verltop.analysis.view import _gpu_map
+from verltop.engine.dumps import fr_findings, fr_infos
 from verltop.model import Frame, ProcessDump, ThreadStack
-from verltop.sources.flight_recorder import read_local
+from verltop.sources.flight_recorder import load_dump, rank_state, read_local
 from verltop.sources.local import LocalSampler
-from verltop.sources.pyspy_parse import parse_json, parse_text
+from verltop.sources.pyspy import parse_json, parse_text
 from verltop.text import dump_text
 
 RUN = Path(__file__).parents[1] / "fixtures" / "real-gpu-run"
@@ -224,8 +225,9 @@ def test_read_local_finds_the_dump_by_the_runtime_env_prefix(tmp_path):
     shutil.copy(RUN / "run1" / "fr" / "fr_rank_0.after_trigger", tmp_path / "fr_rank_0")
     a0 = replace(row("a0", group="gpu1", rank=0), fr_dump_prefix=str(tmp_path / "fr_rank_"))
     a1 = replace(row("a1", group="gpu1", rank=1), fr_dump_prefix=str(tmp_path / "fr_rank_"))
-    infos, findings, mtimes = read_local([a0, a1])
-    assert set(infos) == {"a0"} and findings == [] and set(mtimes) == {"a0"}
+    states, notes, mtimes = read_local([a0, a1])
+    infos, findings = fr_infos(states), fr_findings([a0, a1], states)
+    assert set(infos) == {"a0"} and findings == [] and notes == [] and set(mtimes) == {"a0"}
     assert infos["a0"].op == "all_reduce" and not collective_pending(infos["a0"])
 
 

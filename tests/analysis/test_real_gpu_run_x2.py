@@ -25,11 +25,12 @@ import pytest
 from tests.analysis.helpers import row
 from verltop.analysis.collectives import blocked_on, collective_pending, task_thread
 from verltop.analysis.dump import analyse
-from verltop.analysis.flight_recorder import collective_info, load_dump, match, rank_state
-from verltop.analysis.watchdog import parse_watchdog
+from verltop.analysis.flight_recorder import collective_info, match
+from verltop.engine.dumps import DumpJob, fr_findings, fr_infos
 from verltop.model import ProcessDump
-from verltop.sources.flight_recorder import read_local, trigger_and_read
-from verltop.sources.pyspy_parse import parse_json
+from verltop.sources.flight_recorder import load_dump, rank_state, read_local, trigger_and_read
+from verltop.sources.pyspy import DumpOptions, parse_json
+from verltop.sources.watchdog import parse_watchdog
 from verltop.text import dump_text
 
 RUN = Path(__file__).parents[1] / "fixtures" / "real-gpu-run"
@@ -328,8 +329,9 @@ def test_read_local_finds_both_dumps(shape, tmp_path):
         shutil.copy(RUN / shape / "fr" / f"fr_rank_{r}.after_timeout", tmp_path / f"fr_rank_{r}")
     rows = [replace(row(f"a{r}", group=PREFIX[shape], rank=r), fr_dump_prefix=str(tmp_path / "fr_rank_"))
             for r in (0, 1)]
-    infos, findings, mtimes = read_local(rows)
-    assert set(infos) == set(mtimes) == {"a0", "a1"}
+    states, notes, mtimes = read_local(rows)
+    infos, findings = fr_infos(states), fr_findings(rows, states)
+    assert set(infos) == set(mtimes) == {"a0", "a1"} and notes == []
     assert findings == [f"{PREFIX[shape]}: {f}" for f in match(
         [rank_state(load_dump((tmp_path / f"fr_rank_{r}").read_bytes())[0], r) for r in (0, 1)])]
 
@@ -416,14 +418,6 @@ def test_tui_f_after_the_timeout_got_no_fresh_dump(shape):
     assert pipes_to != [ln for ln in ls_end.splitlines() if ".pipe" in ln]  # the pipes were written to
 
 
-def test_merge_notes_shows_a_finding_once():
-    from verltop.ui.screens.stacks import merge_notes
-
-    notes = js(S, "tui_after_meta.json")["fr_notes"]
-    assert merge_notes((notes[0],), [notes[1]]) == (notes[0],)
-    assert merge_notes(("a",), ["b", "a"]) == ("a", "b")
-
-
 async def test_trigger_and_read_says_when_no_fresh_dump_came(tmp_path):
     # the ranks' pipes are read (by us here), but nobody writes a new dump: the old files are what there is
     for r in (0, 1):
@@ -433,13 +427,21 @@ async def test_trigger_and_read_says_when_no_fresh_dump_came(tmp_path):
     readers = [os.open(tmp_path / f"fr_pipe_{r}.pipe", os.O_RDONLY | os.O_NONBLOCK) for r in (0, 1)]
     try:
         rows = [replace(row(f"a{r}", group="x2s", rank=r), fr_dump_prefix=str(tmp_path / "fr_rank_"),
-                        fr_pipe_prefix=str(tmp_path / "fr_pipe_")) for r in (0, 1)]
-        infos, notes = await trigger_and_read(rows, wait_s=1.0)
+                        fr_pipe_prefix=str(tmp_path / "fr_pipe_"), node_id="here") for r in (0, 1)]
+        states, notes = await trigger_and_read(rows, wait_s=1.0)
+        # the same through a finished dump's `f`: the cross-rank finding it already had is shown once
+        job = DumpJob(None, frozenset({"here"}), rows, DumpOptions())
+        finding = "x2s: collective #5 (nccl:all_reduce): ranks [1] never joined (ranks [0] wait)"
+        job.notes = (finding,)
+        job.report = analyse(rows, {}, 0.0, notes=job.notes)
+        report, _ = await job.refresh_flight_recorder()
     finally:
         for fd in readers:
             os.close(fd)
-    assert set(infos) == {"a0", "a1"}  # the old dumps are still read
+    assert set(states) == {"a0", "a1"}  # the old dumps are still read
     stale = [n for n in notes if "no fresh dump" in n]
     assert len(stale) == 1 and stale[0].startswith("2 of 2 ranks wrote no fresh dump within 1 s")
     assert "the dumps shown are older (written " in stale[0]
-    assert "x2s: collective #5 (nccl:all_reduce): ranks [1] never joined (ranks [0] wait)" in notes
+    assert fr_findings(rows, states) == [finding]
+    assert report is not None and report.notes.count(finding) == 1
+    assert set(job.collectives) == {"a0", "a1"}

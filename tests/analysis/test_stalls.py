@@ -36,7 +36,7 @@ def test_peers_finished_long_ago():
     h.observe([("t0", "a0", "g", "m", 900.0), ("t1", "a1", "g", "m", 900.0), ("t2", "a2", "g", "m", 900.0)], 900.0)
     h.observe([("t0", "a0", "g", "m", 900.0)], 950.0)  # a1 and a2 finished at 950
     st = stalls_for(view(start_s=900.0, running_s=100.0), h, 1000.0, StallSettings())
-    assert [s.rule for s in st] == ["peers"] and "2 peers finished m 50 s ago" in st[0].reason
+    assert [s.rule for s in st] == ["peers"] and "2 peers finished m 50s ago" in st[0].reason
     # within the window: no stall yet
     assert rules(view(start_s=900.0, running_s=70.0), h, now=970.0) == []
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from tests.analysis.helpers import controller_in_get, in_collective, row, sleeping
 from tests.conftest import FIX, load
 from verltop.analysis.dump import analyse
-from verltop.analysis.watchdog import parse_watchdog
 from verltop.model import ProcessDump
-from verltop.sources.pyspy_parse import parse_json
+from verltop.sources.pyspy import parse_json
+from verltop.sources.watchdog import parse_watchdog
 
 
 def ids(report):
@@ -55,7 +55,7 @@ def test_dead_rank_whose_peers_wait():
     r = analyse(actors, {"a0": [in_collective("all_reduce")], "a1": [in_collective("all_reduce")]}, 0.0)
     assert ids(r) == ["a2"]
     assert "DEAD" in r.suspects[0].reason and "OOM" in r.suspects[0].reason
-    assert next(x for x in r.ranks if x.actor.actor_id == "a2").error.startswith("actor is DEAD")
+    assert next(x for x in r.ranks if x.actor.actor_id == "a2").error.text.startswith("actor is DEAD")
 
 
 def test_dead_rank_not_the_peers_it_knocked_out():

@@ -19,8 +19,8 @@ from tests.fakeray import FakeDashboard
 from tests.faults.helpers import assert_one_line_error, clean_env, verltop, wait_for
 from tests.replay_server import ReplayDashboard
 from verltop.analysis.stalls import StallSettings
+from verltop.engine.monitor import Intervals
 from verltop.sources.config import Endpoint
-from verltop.sources.poller import Intervals
 from verltop.ui.app import VerltopApp
 from verltop.ui.widgets.actor_table import ActorTable
 
@@ -150,7 +150,7 @@ def test_cli_schema_drift_new_fields_change_nothing():
 def make_app(url: str, token: str | None = None, interval: float = 0.3) -> VerltopApp:
     iv = Intervals(actors_s=interval, tasks_s=interval, nodes_s=interval, node_detail_s=interval, timeout_s=1.0)
     ep = Endpoint(url, "--address", token, "RAY_AUTH_TOKEN" if token else None)
-    return VerltopApp(ep, iv, StallSettings(), use_local=False)
+    return VerltopApp.live(ep, iv, StallSettings(), use_local=False)
 
 
 def header(app) -> str:
@@ -166,7 +166,7 @@ async def _fault_and_recovery(app, pilot, apply: Callable[[], None], clear: Call
     t = app.screen.query_one(ActorTable)
     await wait_for(pilot, lambda: t.row_count > 3, 10, what="rows")
     keys = list(t.keys)
-    built = app.snapshots_built
+    built = app.engine.snapshots_built
     apply()
     await wait_for(pilot, lambda: all(n in header(app) for n in needles), timeout, what=f"{needles} in the header")
     err_line = next(ln for ln in header(app).splitlines() if needles[0] in ln)
@@ -175,7 +175,7 @@ async def _fault_and_recovery(app, pilot, apply: Callable[[], None], clear: Call
     await pilot.press("s")  # and the keys still answer at once
     assert "sort:" in app.screen.query_one("#message").text.plain
     await pilot.press("s", "s", "s", "s")
-    assert app.snapshots_built > built  # the UI kept rebuilding (ages tick) on the last good data
+    assert app.engine.snapshots_built > built  # the UI kept rebuilding (ages tick) on the last good data
     assert "\n" not in err_line
     clear()
     await wait_for(pilot, lambda: not any(n in header(app) for n in needles) and not is_stale(app), 15,
@@ -297,7 +297,7 @@ async def test_tui_backs_off_on_429_and_5xx():
 
 async def test_tui_dump_with_profiling_off_says_how_to_turn_it_on():
     """403 on /worker/traceback: each rank of the dump carries the fix; the app stays up."""
-    from verltop.sources.stacks import DumpOptions
+    from verltop.sources.pyspy import DumpOptions
     from verltop.ui.screens.stacks import StackScreen
 
     async with fake(profiling=False) as fd:
@@ -307,7 +307,7 @@ async def test_tui_dump_with_profiling_off_says_how_to_turn_it_on():
             await app.push_screen(StackScreen(app.snapshot, opts=DumpOptions(samples=1, via="dashboard")))
             await wait_for(pilot, lambda: app.screen.report is not None, 20, what="the dump")
             rep = app.screen.report
-            assert rep.ranks and all(r.error and "RAY_DASHBOARD_ENABLE_PROFILING" in r.error for r in rep.ranks)
+            assert rep.ranks and all(r.error and "RAY_DASHBOARD_ENABLE_PROFILING" in r.error.text for r in rep.ranks)
             assert fd.count("/worker/traceback") >= len(rep.ranks)
             await pilot.press("escape")
             assert type(app.screen).__name__ == "MainScreen"

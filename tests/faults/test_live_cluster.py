@@ -23,7 +23,7 @@ import pytest
 
 from tests.faults.helpers import PtyTui, screen_text, verltop, wait_for
 from tests.faults.live_cluster import SECRETS, TOKEN, WG_PREFIX, LiveCluster
-from verltop.sources.stacks import PTRACE_FIX
+from verltop.sources.pyspy import ptrace_problem
 
 pytestmark = pytest.mark.ray
 
@@ -53,12 +53,12 @@ def get(live: LiveCluster, path: str) -> dict:
 
 
 def make_app(live: LiveCluster, interval: float = 0.5):
+    from verltop.engine.monitor import Intervals
     from verltop.sources.config import Endpoint
-    from verltop.sources.poller import Intervals
     from verltop.ui.app import VerltopApp
 
     iv = Intervals(actors_s=interval, tasks_s=interval, nodes_s=1.0, node_detail_s=1.0, timeout_s=5.0)
-    return VerltopApp(Endpoint(live.address, "--address", TOKEN, "RAY_AUTH_TOKEN"), iv, use_local=True)
+    return VerltopApp.live(Endpoint(live.address, "--address", TOKEN, "RAY_AUTH_TOKEN"), iv, use_local=True)
 
 
 def rank_rows(app) -> dict[int, object]:
@@ -127,7 +127,7 @@ async def test_tui_never_shows_secrets(live, tmp_path, monkeypatch):
     async with app.run_test(size=(200, 50)) as pilot:
         await wait_for(pilot, lambda: len(rank_rows(app)) == 4, 30, what="four ranks")
         clean(screen_text(app), "the main screen")
-        clean(repr(app.collector.src.actors.value), "verltop's memory (actor rows)")
+        clean(repr(app.engine.src.actors.value), "verltop's memory (actor rows)")
         table = app.screen.query_one(ActorTable)
         rank0 = rank_rows(app)[0].actor_id
         for _ in range(len(table.keys)):
@@ -219,7 +219,7 @@ def test_dump_without_ptrace_says_how_to_fix(live, tmp_path):
     assert p.returncode == 1 and "Traceback" not in p.stderr
     assert p.stderr.count("\n") == 1 and "no rank could be dumped" in p.stderr and "CAP_SYS_PTRACE" in p.stderr
     ranks = json.loads(p.stdout)["ranks"]
-    assert len(ranks) == 5 and all(r["error"] == PTRACE_FIX for r in ranks)
+    assert len(ranks) == 5 and all(r["error"] == ptrace_problem().text for r in ranks)
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
@@ -233,10 +233,10 @@ async def test_tui_dump_without_ptrace_says_how_to_fix(live, tmp_path, monkeypat
     app = make_app(live)
     async with app.run_test(size=(200, 50)) as pilot:
         await wait_for(pilot, lambda: len(rank_rows(app)) == 4, 30, what="four ranks")
-        await wait_for(pilot, lambda: len(app.collector.local_node_ids()) == 2, 10, what="both nodes local")
+        await wait_for(pilot, lambda: len(app.engine.local_node_ids()) == 2, 10, what="both nodes local")
         await pilot.press("D")
         await wait_for(pilot, lambda: app.screen.report is not None, 60, what="the dump")
-        assert [r.error for r in app.screen.report.ranks] == [PTRACE_FIX] * 5
+        assert [r.error for r in app.screen.report.ranks] == [ptrace_problem()] * 5
         assert "CAP_SYS_PTRACE" in screen_text(app)
         await pilot.press("escape", "j", "s")
         assert type(app.screen).__name__ == "MainScreen"
@@ -251,14 +251,14 @@ def _probe(live: LiveCluster, node: str, pid: int, schedule_timeout_s: float = 4
     code = (
         "import asyncio, json, sys, time\n"
         "from verltop.sources.probe import ProbePool\n"
-        "from verltop.sources.stacks import DumpOptions\n"
+        "from verltop.sources.pyspy import DumpOptions\n"
         "async def main():\n"
         f"    pool = ProbePool(DumpOptions(timeout_s=2), schedule_timeout_s={schedule_timeout_s})\n"
         "    t0 = time.monotonic()\n"
         f"    d = await pool.dump({node!r}, {pid})\n"
         "    dt = time.monotonic() - t0\n"
         "    await pool.close()\n"
-        "    print(json.dumps([d.error, dt, len(d.threads)]))\n"
+        "    print(json.dumps([d.error.text if d.error else None, dt, len(d.threads)]))\n"
         "asyncio.run(main())\n"
     )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
@@ -284,11 +284,12 @@ def test_probe_on_a_frozen_node_times_out_with_its_reason(live):
 async def test_actor_dies_mid_dump(live):
     """SIGKILL a rank between two samples of a dump: that rank says so, the others are reported."""
     from verltop.analysis.dump import analyse, dump_targets
+    from verltop.engine.monitor import Intervals, Monitor
     from verltop.sources.config import Endpoint
-    from verltop.sources.poller import Collector, Intervals
-    from verltop.sources.stacks import DumpOptions, StackCapture
+    from verltop.sources.pyspy import DumpOptions
+    from verltop.sources.stacks import StackCapture
 
-    col = Collector(Endpoint(live.address, "--address", TOKEN, "RAY_AUTH_TOKEN"), Intervals(timeout_s=5))
+    col = Monitor(Endpoint(live.address, "--address", TOKEN, "RAY_AUTH_TOKEN"), Intervals(timeout_s=5))
     try:
         await col.poll_once()
         targets = dump_targets(col.snapshot().actors)
@@ -307,12 +308,12 @@ async def test_actor_dies_mid_dump(live):
         await col.stop()
     by_rank = {r.actor.rank: r for r in report.ranks if r.actor.worker_group == WG_PREFIX}
     dead = by_rank[1]
-    assert dead.error and "exited" in dead.error and "earlier sample" in dead.error, dead.error
+    assert dead.error and "exited" in dead.error.text and "earlier sample" in dead.error.text, dead.error
     assert dead.stack  # what it was doing before it died is kept
     for r in (0, 2, 3):
         assert by_rank[r].error is None and by_rank[r].stack and by_rank[r].stuck is True
     js = report.to_json()
-    assert next(r for r in js["ranks"] if r["rank"] == 1)["error"] == dead.error
+    assert next(r for r in js["ranks"] if r["rank"] == 1)["error"] == dead.error.text
 
     # the snapshot (and the CLI) then report it DEAD with Ray's cause; the other ranks stay ALIVE
     deadline = time.monotonic() + 30

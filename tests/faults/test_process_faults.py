@@ -26,8 +26,9 @@ from aiohttp import web
 from tests.analysis.helpers import row
 from tests.fakeray import FakeDashboard
 from tests.faults.helpers import FakeDashboardProcess, screen_text, verltop, wait_for
-from verltop.sources.local import LocalSampler
-from verltop.sources.stacks import NO_PYSPY, PTRACE_FIX, DumpOptions, StackCapture, local_title_ok
+from verltop.sources.local import LocalSampler, is_actor_process
+from verltop.sources.pyspy import DumpOptions, no_pyspy_problem, ptrace_problem
+from verltop.sources.stacks import StackCapture
 
 PYSPY = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
 SPIN = "import time\nwhile True:\n    time.sleep(0.05)\n"
@@ -74,8 +75,8 @@ def test_reused_pid_and_zombie_are_never_dumped(procs, tmp_path):
     time.sleep(0.5)
     zombie.send_signal(signal.SIGKILL)
     time.sleep(0.2)  # killed, not reaped: /proc/PID still there, state Z
-    assert local_title_ok(worker.pid, "create_colocated_worker_cls.<locals>.WorkerDict")
-    assert not local_title_ok(stranger.pid, "WorkerDict") and not local_title_ok(zombie.pid, "WorkerDict")
+    assert is_actor_process(worker.pid, "create_colocated_worker_cls.<locals>.WorkerDict")
+    assert not is_actor_process(stranger.pid, "WorkerDict") and not is_actor_process(zombie.pid, "WorkerDict")
 
     log = tmp_path / "pyspy.log"
     wrapper = tmp_path / "py-spy"
@@ -86,8 +87,8 @@ def test_reused_pid_and_zombie_are_never_dumped(procs, tmp_path):
     cap.pyspy = str(wrapper)
     got = asyncio.run(cap.capture(rows))
     assert got["w"][0].error is None and got["w"][0].threads
-    assert got["s"][0].error == f"pid {stranger.pid} is no longer this actor's process (it exited and the pid was reused)"
-    assert got["z"][0].error == "process exited before it could be dumped"
+    assert got["s"][0].error.text == f"pid {stranger.pid} is no longer this actor's process (it exited and the pid was reused)"
+    assert got["z"][0].error.text == "process exited before it could be dumped"
     ran_on = log.read_text()
     assert str(worker.pid) in ran_on and str(stranger.pid) not in ran_on and str(zombie.pid) not in ran_on
 
@@ -122,8 +123,8 @@ def test_pyspy_not_permitted_for_real(procs, tmp_path):
     cap = StackCapture(None, frozenset({"local-node"}), DumpOptions(samples=1))
     cap.pyspy = str(unpriv)
     got = asyncio.run(cap.capture([local_row("v", 0, victim.pid), local_row("ok", 1, ok.pid)]))
-    assert got["v"][0].error == PTRACE_FIX
-    assert "CAP_SYS_PTRACE" in PTRACE_FIX and "ptrace_scope" in PTRACE_FIX
+    assert got["v"][0].error == ptrace_problem()
+    assert "CAP_SYS_PTRACE" in ptrace_problem().text and "ptrace_scope" in ptrace_problem().text
     assert got["ok"][0].error is None and got["ok"][0].threads
 
 
@@ -144,7 +145,7 @@ def test_hung_pyspy_is_killed_with_its_children(procs, tmp_path):
     t0 = time.monotonic()
     got = asyncio.run(cap.capture([local_row("t", 0, target.pid), local_row("o", 1, other.pid)]))
     assert time.monotonic() - t0 < 5
-    assert got["t"][0].error == "py-spy did not finish within 1 s (killed)"
+    assert got["t"][0].error.text == "py-spy did not finish within 1 s (killed)"
     assert got["o"][0].error is None and got["o"][0].threads
     time.sleep(0.2)
     grandchild = int(kid.read_text())
@@ -176,8 +177,8 @@ def test_pyspy_missing_or_refused_on_another_node(replay):
         return out
 
     missing, refused = asyncio.run(go())
-    assert missing.error == NO_PYSPY + " (on that node)"
-    assert refused.error == PTRACE_FIX + " (on that node)"
+    assert missing.error == no_pyspy_problem(" (on that node)")
+    assert refused.error == ptrace_problem(" (on that node)")
 
 
 # ---------------------------------------------------------------------------------------------- NVML
@@ -265,20 +266,20 @@ def test_nvml_failing(monkeypatch):
 async def test_tui_runs_with_nvml_failing(monkeypatch):
     """The TUI with local sampling on and an NVML that fails on every call after start: the table, the
     header and the keys carry on; the header says why local GPUs are not read."""
+    from verltop.engine.monitor import Intervals
     from verltop.sources.config import Endpoint
-    from verltop.sources.poller import Intervals
     from verltop.ui.app import VerltopApp
 
     m, _ = _fake_nvml(fail_count=True)
     monkeypatch.setitem(sys.modules, "pynvml", m)
     async with FakeDashboard(nodes=1, gpus_per_node=2) as fd:
         iv = Intervals(actors_s=0.3, tasks_s=0.3, nodes_s=0.3, node_detail_s=0.3, local_s=0.2, timeout_s=2.0)
-        app = VerltopApp(Endpoint(fd.url, "--address", None, None), iv, use_local=True)
+        app = VerltopApp.live(Endpoint(fd.url, "--address", None, None), iv, use_local=True)
         async with app.run_test(size=(180, 40)) as pilot:
             await wait_for(pilot, lambda: app.snapshot is not None and app.snapshot.actors, 10, what="rows")
-            await wait_for(pilot, lambda: app.collector.src.local.value is not None, 5, what="a local sample")
-            assert app.collector.src.local.error is None  # NVML failing is not a failed local source
-            assert app.collector.src.local.value.gpu_error == "NVML failed: Unknown Error"
+            await wait_for(pilot, lambda: app.engine.src.local.value is not None, 5, what="a local sample")
+            assert app.engine.src.local.error is None  # NVML failing is not a failed local source
+            assert app.engine.src.local.value.gpu_error == "NVML failed: Unknown Error"
             assert app.snapshot.gpu_note == "NVML failed: Unknown Error"
             assert sum(len(n.gpus) for n in app.snapshot.nodes) == 2  # the dashboard's GPUs still shown
             await pilot.press("s", "g", "g", "g")
@@ -307,12 +308,12 @@ def test_snapshot_with_more_than_10000_actors(ten_thousand):
 
 
 async def test_tui_with_more_than_10000_actors(ten_thousand):
+    from verltop.engine.monitor import Intervals
     from verltop.sources.config import Endpoint
-    from verltop.sources.poller import Intervals
     from verltop.ui.app import VerltopApp
     from verltop.ui.widgets.actor_table import ActorTable
 
-    app = VerltopApp(Endpoint(ten_thousand.url, "--address", None, None), Intervals(timeout_s=20.0),
+    app = VerltopApp.live(Endpoint(ten_thousand.url, "--address", None, None), Intervals(timeout_s=20.0),
                      use_local=False)
     async with app.run_test(size=(180, 40)) as pilot:
         t = app.screen.query_one(ActorTable)

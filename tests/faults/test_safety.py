@@ -11,9 +11,9 @@ import json
 
 from tests.fakeray import FakeDashboard
 from tests.faults.helpers import verltop, wait_for
+from verltop.engine.monitor import Intervals
 from verltop.sources.config import Endpoint
 from verltop.sources.http import ALLOWED_PATHS, allowed
-from verltop.sources.poller import Intervals
 from verltop.ui.app import VerltopApp
 from verltop.ui.widgets.actor_table import ActorTable
 
@@ -36,7 +36,7 @@ async def test_tui_session_and_dump_send_only_allowed_gets(tmp_path, monkeypatch
     monkeypatch.chdir(tmp_path)
     async with FakeDashboard(nodes=2, gpus_per_node=2, profiling=True, dead_actors=2) as fd:
         iv = Intervals(actors_s=0.3, tasks_s=0.3, nodes_s=0.3, node_detail_s=0.3, timeout_s=3.0)
-        app = VerltopApp(Endpoint(fd.url, "--address", None, None), iv, use_local=False)
+        app = VerltopApp.live(Endpoint(fd.url, "--address", None, None), iv, use_local=False)
         async with app.run_test(size=(200, 50)) as pilot:
             t = app.screen.query_one(ActorTable)
             await wait_for(pilot, lambda: t.row_count > 5, 10, what="rows")

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from verltop.analysis.stalls import StallSettings
+from verltop.engine.monitor import Intervals
 from verltop.sources.config import Endpoint
-from verltop.sources.poller import Intervals
 from verltop.ui.app import VerltopApp
 from verltop.ui.screens.stacks import StackScreen
 from verltop.ui.widgets.actor_table import ActorTable
@@ -34,7 +34,7 @@ def demo_with_history(demo):
 async def test_stall_marks_then_dump_names_the_stuck_rank(demo_with_history, hung_demo):
     since = hung_demo.hang_info()["since"]
     iv = Intervals(actors_s=1.0, tasks_s=1.0, nodes_s=5.0, node_detail_s=5.0, timeout_s=10.0)
-    app = VerltopApp(Endpoint(hung_demo.address, "--address", hung_demo.token, "demo"), iv, StallSettings(),
+    app = VerltopApp.live(Endpoint(hung_demo.address, "--address", hung_demo.token, "demo"), iv, StallSettings(),
                      use_local=True)
     async with app.run_test(size=(200, 50)) as pilot:
         # 1. the main table: ranks of the hung group stalled, with a reason, within a minute of the hang
@@ -72,7 +72,7 @@ async def test_stall_marks_then_dump_names_the_stuck_rank(demo_with_history, hun
             assert time.monotonic() < deadline, "dump not finished after 60 s"
             await pilot.pause(0.2)
         report = screen.report
-        assert screen.first_rank_ms is not None and screen.first_rank_ms < FIRST_RANK_MS, screen.first_rank_ms
+        assert screen.job.first_rank_s is not None and screen.job.first_rank_s * 1000 < FIRST_RANK_MS, screen.job.first_rank_s
 
         # 3. what it says: rank 2 (the stuck rollout) and nobody else; 0,1,3 in all_reduce
         ops = {x.actor.rank: x.blocked_on.op if x.blocked_on else None
@@ -83,5 +83,5 @@ async def test_stall_marks_then_dump_names_the_stuck_rank(demo_with_history, hun
         assert [(s.worker_group, s.rank) for s in report.suspects] == [(group, 2)], report.suspects
         shown = str(screen.query_one("#suspects").render())
         assert f"{group}:2" in shown and "_stuck_rollout" in shown, shown
-        print(f"\nTUI: stalled {stalled_after:.0f} s after the hang; first rank row {screen.first_rank_ms:.0f} ms "
-              f"after `d`, dump done in {screen.done_ms:.0f} ms")
+        print(f"\nTUI: stalled {stalled_after:.0f} s after the hang; first rank row {screen.job.first_rank_s * 1000:.0f} ms "
+              f"after `d`, dump done in {screen.job.elapsed_s * 1000:.0f} ms")

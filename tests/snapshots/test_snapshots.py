@@ -24,17 +24,18 @@ def dash():
 
 
 def make_app(dash) -> VerltopApp:
-    app = VerltopApp(Endpoint(dash.url, "--address", None, None), stall=StallSettings(stall_after_s=30),
+    app = VerltopApp.live(Endpoint(dash.url, "--address", None, None), stall=StallSettings(stall_after_s=30),
                      use_local=False, clock=lambda: FROZEN_NOW, autostart=False)
     return app
 
 
 async def _loaded(pilot) -> None:
     app = pilot.app
-    await app.collector.poll_once(seed=False)
-    for s in app.collector.src.all():
+    await app.engine.poll_once(seed=False)
+    for s in app.engine.src.all():
         s.ok_at = FROZEN_NOW  # ages are part of the picture: freeze them too
-    await app.rebuild()
+    await app.engine.publish_now()
+    await app.show_now()
     await pilot.pause()
 
 

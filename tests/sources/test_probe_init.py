@@ -9,7 +9,7 @@ import time
 SCRIPT = r"""
 import asyncio, threading, time
 from verltop.sources.probe import ProbePool
-from verltop.sources.stacks import DumpOptions
+from verltop.sources.pyspy import DumpOptions
 
 def _init(self, node_id):  # as ray.init to a GCS that never answers: it retries for minutes
     threading.Event().wait()

@@ -14,7 +14,8 @@ import pytest
 from tests.analysis.helpers import row
 from tests.replay_server import free_port
 from verltop.analysis.dump import analyse
-from verltop.sources.stacks import NO_PYSPY, PTRACE_FIX, DumpOptions, StackCapture, explain_pyspy_error
+from verltop.sources.pyspy import DumpOptions, explain_error, no_pyspy_problem, ptrace_problem
+from verltop.sources.stacks import StackCapture
 
 N = 4
 
@@ -55,11 +56,11 @@ def test_gone_pid_and_missing_pyspy(gloo_group):
     actors = [row("gone", "wg", 0, pid=p.pid), row("a0", "wg", 1, pid=gloo_group[0])]
     cap = StackCapture(None, frozenset(), DumpOptions(via="local"))
     s = asyncio.run(cap.capture(actors))
-    assert s["gone"][0].error == "process exited before it could be dumped"
+    assert s["gone"][0].error.text == "process exited before it could be dumped"
     assert s["a0"][0].error is None
     cap.pyspy = None
     s = asyncio.run(cap.capture(actors[1:]))
-    assert s["a0"][0].error == NO_PYSPY
+    assert s["a0"][0].error == no_pyspy_problem()
 
 
 def test_hung_pyspy_is_killed_at_its_timeout(gloo_group, tmp_path):
@@ -70,10 +71,10 @@ def test_hung_pyspy_is_killed_at_its_timeout(gloo_group, tmp_path):
     cap.pyspy = str(fake)
     t0 = time.monotonic()
     s = asyncio.run(cap.capture([row("a0", "wg", 0, pid=gloo_group[0])]))
-    assert "did not finish within 0.5 s" in s["a0"][0].error and time.monotonic() - t0 < 3
+    assert "did not finish within 0.5 s" in s["a0"][0].error.text and time.monotonic() - t0 < 3
 
 
 def test_permission_errors_say_how_to_fix():
-    msg = explain_pyspy_error("Error: Permission denied (os error 13)", 1)
-    assert msg == PTRACE_FIX
-    assert "CAP_SYS_PTRACE" in msg and "ptrace_scope" in msg and "root" in msg
+    msg = explain_error("Error: Permission denied (os error 13)", 1)
+    assert msg == ptrace_problem()
+    assert "CAP_SYS_PTRACE" in msg.text and "ptrace_scope" in msg.text and "root" in msg.text

@@ -5,15 +5,15 @@ from __future__ import annotations
 from aiohttp import web
 
 from verltop.analysis.stalls import StallSettings
+from verltop.engine.monitor import Intervals
 from verltop.sources.config import Endpoint
-from verltop.sources.poller import Intervals
 from verltop.ui.app import VerltopApp
 from verltop.ui.widgets.actor_table import ActorTable
 
 
 def make_app(url: str, **kw) -> VerltopApp:
     iv = Intervals(actors_s=0.3, tasks_s=0.3, nodes_s=0.3, node_detail_s=0.3, timeout_s=2.0)
-    return VerltopApp(Endpoint(url, "--address", None, None), iv, StallSettings(), use_local=False, **kw)
+    return VerltopApp.live(Endpoint(url, "--address", None, None), iv, StallSettings(), use_local=False, **kw)
 
 
 async def wait_rows(pilot, app, n: int, timeout: float = 10.0) -> ActorTable:
@@ -31,19 +31,20 @@ async def test_rows_grouped_and_keys(replay):
         t = await wait_rows(pilot, app, 5)
         keys = t.keys
         assert keys[0] == "grp:group:controller" and keys[2] == "grp:group:abcd"
-        head = t.get_row("grp:group:abcd")
-        assert head[0] == "▼ abcd" and head[-1] == "2 actors  2 stalled" and "actor_rollout" in head
-        r0 = t.get_row(keys[3])
-        assert r0[:5] == ["actor_rollout", "0", "192.0.2.2", "2120", "0"] and "MAX" in r0[5]
+        head = t.cells("grp:group:abcd")["group"]
+        assert head.startswith("▼ abcd  ") and head.endswith("2 actors  2 stalled") and "actor_rollout" in head
+        r0 = t.cells(keys[3])
+        assert [r0[k] for k in ("role", "rank", "pid", "gpu")] == ["actor_rollout", "0", "2120", "0"]
+        assert "MAX" in r0["gpu_util"] and "node" not in r0  # one node: no NODE column
         # move to rank 1, survive refreshes
         await pilot.press("j", "j", "j", "j")
         assert t.selected_key() == keys[4]
-        built = app.snapshots_built
+        built = app.snapshots_shown
         for _ in range(30):
             await pilot.pause(0.1)
-            if app.snapshots_built >= built + 2:
+            if app.snapshots_shown >= built + 2:
                 break
-        assert app.snapshots_built >= built + 2
+        assert app.snapshots_shown >= built + 2
         assert t.selected_key() == keys[4] and t.rebuilds == 1
         # group by role, then by node, then back
         await pilot.press("g")

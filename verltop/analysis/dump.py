@@ -5,7 +5,7 @@ from __future__ import annotations
 from verltop.analysis.collectives import blocked_on, stack_key, task_thread
 from verltop.analysis.merge import equivalence_classes
 from verltop.analysis.suspects import find_suspects
-from verltop.model import ActorRow, CollectiveInfo, DumpReport, ProcessDump, RankDump
+from verltop.model import ActorRow, CollectiveInfo, DumpReport, Problem, ProcessDump, RankDump
 
 
 def analyse_rank(actor: ActorRow, samples: list[ProcessDump], collective: CollectiveInfo | None = None,
@@ -14,15 +14,16 @@ def analyse_rank(actor: ActorRow, samples: list[ProcessDump], collective: Collec
     good = [s for s in samples if s.error is None and s.threads]
     if actor.state in ("DEAD", "RESTARTING") and not good:
         cause = f": {actor.death_cause}" if actor.death_cause else ""
-        return RankDump(actor, tuple(samples), error=f"actor is {actor.state}{cause}", collective=collective)
+        return RankDump(actor, tuple(samples), error=Problem("dead", f"actor is {actor.state}{cause}"),
+                        collective=collective)
     if not good:
-        err = next((s.error for s in samples if s.error), None) or "no stack"
+        err = next((s.error for s in samples if s.error), None) or Problem("no_stack", "no stack")
         return RankDump(actor, tuple(samples), error=err, collective=collective)
     last = good[-1]
     # it answered, then stopped answering: it exited (or was killed) during the dump; say so
-    gone = samples[-1].error if samples[-1].error else None
-    if gone:
-        gone = f"{gone} (its stack is from an earlier sample)"
+    gone = samples[-1].error
+    if gone is not None:
+        gone = gone.with_message(f"{gone.message} (its stack is from an earlier sample)")
     main = task_thread(last.threads)
     b = blocked_on(main, actor.gpu_util_percent, gpu_busy_percent)
     stuck = None

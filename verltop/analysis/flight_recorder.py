@@ -1,53 +1,15 @@
-"""PyTorch NCCL Flight Recorder dumps: per-rank state and a cross-rank match by ``collective_seq_id``,
-like ``torch.distributed.flight_recorder.fr_trace`` but joined to the live stacks. Pure.
-
-``load_dump`` takes bytes (pickle or JSON). The pickle is read with an unpickler that refuses every
-class: a dump holds only dicts, lists, tuples, strings and numbers, and a planted file in /tmp must not
-run code as the (often root) verltop user.
+"""Flight Recorder analysis: a rank's pending collective, and the cross-rank match by ``collective_seq_id``
+(like ``torch.distributed.flight_recorder.fr_trace``, but joined to the live stacks). Pure; the files are read
+and parsed by ``sources.flight_recorder``.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import math
-import pickle
-from dataclasses import dataclass
 from typing import Any
 
-from verltop.model import CollectiveInfo
-
-
-class _PlainUnpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"refusing to load {module}.{name} from a flight-recorder dump")
-
-
-def load_dump(data: bytes) -> tuple[dict[str, Any] | None, str | None]:
-    """A flight-recorder dump (pickle or JSON) as plain data, or an error string."""
-    try:
-        if data[:1] in (b"{", b"["):
-            doc = json.loads(data.decode("utf-8", "replace"))
-        else:
-            doc = _PlainUnpickler(io.BytesIO(data)).load()
-    except Exception as e:  # noqa: BLE001 - any malformed file is "unreadable", never a crash
-        return None, f"unreadable flight-recorder dump ({e.__class__.__name__}: {' '.join(str(e).split())[:80]})"
-    if not isinstance(doc, dict) or not isinstance(doc.get("entries", []), list):
-        return None, "not a flight-recorder dump"
-    return doc, None
-
-
-def _int(v: Any) -> int | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, int):
-        return v
-    if isinstance(v, str):
-        try:
-            return int(v)
-        except ValueError:
-            return None
-    return None
+from verltop.model import CollectiveInfo, FrEntry, FrRank
 
 
 def _numel(sizes: Any) -> int | None:
@@ -57,49 +19,6 @@ def _numel(sizes: Any) -> int | None:
         except (TypeError, ValueError, OverflowError):  # OverflowError: JSON's Infinity as a size
             return None
     return None
-
-
-def _op(name: Any) -> str | None:
-    if not isinstance(name, str):
-        return None
-    op = name.split(":", 1)[-1].split(" ", 1)[0]
-    return "barrier" if op == "all_reduce_barrier" else op
-
-
-@dataclass(frozen=True, slots=True)
-class FrEntry:
-    pg: str
-    seq: int
-    op: str | None
-    profiling_name: str | None
-    input_sizes: Any
-    state: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class FrRank:
-    rank: int
-    last_enqueued: int | None
-    last_completed: int | None
-    entries: tuple[FrEntry, ...]
-
-
-def rank_state(doc: dict[str, Any], rank: int, pg: str = "0") -> FrRank:
-    st = doc.get("pg_status") if isinstance(doc.get("pg_status"), dict) else {}
-    s = st.get(pg) or st.get(int(pg) if pg.isdigit() else pg) or {}
-    entries = []
-    for e in doc.get("entries") or []:
-        if not isinstance(e, dict) or e.get("is_p2p"):
-            continue
-        pgid = str(e.get("pg_id", "0"))
-        seq = _int(e.get("collective_seq_id"))
-        if pgid != pg or seq is None:
-            continue
-        name = e.get("profiling_name")
-        name = name if isinstance(name, str) else None  # compared and hashed across ranks: a string or nothing
-        entries.append(FrEntry(pgid, seq, _op(name), name, e.get("input_sizes"), e.get("state")))
-    return FrRank(rank, _int(s.get("last_enqueued_collective")) if isinstance(s, dict) else None,
-                  _int(s.get("last_completed_collective")) if isinstance(s, dict) else None, tuple(entries))
 
 
 def collective_info(r: FrRank) -> CollectiveInfo:

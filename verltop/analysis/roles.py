@@ -12,7 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
-from verltop.model import RawActor
+from verltop.convert import to_int
+from verltop.model import PHASES, RawActor
 
 # Longest first, so "actor_rollout_ref_update_actor" is actor_rollout_ref, not actor_rollout.
 ROLE_PREFIXES = ("actor_rollout_ref", "actor_rollout", "critic", "teacher", "actor", "rollout", "ref", "rm")
@@ -72,7 +73,6 @@ _PHASE_OF_METHOD = {
     "sync": "weight_sync",
 }
 
-_PHASE_ORDER = ("gen", "reward", "old_log_prob", "ref", "values", "update_critic", "update_actor", "weight_sync")
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,25 +113,18 @@ def split_role(method: str | None) -> tuple[str | None, str | None]:
     return None, method
 
 
-def _int(v: str | None) -> int | None:
-    try:
-        return int(v) if v is not None else None
-    except ValueError:
-        return None
-
-
 @lru_cache(maxsize=65536)
 def identity(a: RawActor) -> Identity:
     """Worker group, rank and world size from the runtime env, falling back to the actor name."""
     cls = short_class(a.class_name)
-    rank = _int(a.env_get("RANK"))
-    world = _int(a.env_get("WORLD_SIZE"))
+    rank = to_int(a.env_get("RANK"))
+    world = to_int(a.env_get("WORLD_SIZE"))
     group = a.env_get("WG_PREFIX") or None
     name = a.name or ""
     m = _RANK_SUFFIX.search(name)
     if m and (rank is None or group is None):
         pg_idx, local_rank = int(m.group(1)), int(m.group(2))
-        lws = _int(a.env_get("RAY_LOCAL_WORLD_SIZE"))
+        lws = to_int(a.env_get("RAY_LOCAL_WORLD_SIZE"))
         if rank is None and (lws is not None or pg_idx == 0):
             rank = pg_idx * (lws or 0) + local_rank
         if group is None:
@@ -208,4 +201,4 @@ def step_phase(running: Iterable[tuple[str, str | None]]) -> str | None:
     found = worker or helper
     if not found:
         return None
-    return max(found, key=_PHASE_ORDER.index)
+    return max(found, key=PHASES.index)

@@ -1,4 +1,5 @@
-"""Stall rules: which running tasks look stuck, and why (each reason a short sentence).
+"""Stall rules: which running tasks look stuck, and why (each a ``Stall`` carrying its numbers; the
+sentence and the table's tag are rendered from them by ``verltop.fmt``).
 
 Busy bars are not progress: a rank waiting in an NCCL collective reads GPU 100 % and host CPU ~100 %
 while nothing moves, so a pegged GPU never clears a stall; it is named as the likely wait instead.
@@ -41,14 +42,6 @@ class TaskView:
     death_cause: str | None
 
 
-def fmt_s(s: float) -> str:
-    if s < 90:
-        return f"{s:.0f} s"
-    if s < 5400:
-        return f"{s / 60:.0f} min"
-    return f"{s / 3600:.1f} h"
-
-
 def _peers_finished(runs, actor_id: str, start_s: float, memo: dict | None, key: tuple) -> tuple[int, float] | None:
     """How many other actors finished this method after ``start_s`` (this round), and the last finish.
 
@@ -80,9 +73,7 @@ def stalls_for(v: TaskView, hist: TaskHistory, now: float, cfg: StallSettings,
     snapshot (per-method indexes)."""
     out: list[Stall] = []
     if v.state in ("DEAD", "RESTARTING"):
-        cause = f": {v.death_cause}" if v.death_cause else ""
-        out.append(Stall("dead", f"actor {v.state}{cause}"))
-        return tuple(out)
+        return (Stall("dead", state=v.state, cause=v.death_cause),)
     if v.method is None or v.running_s is None:
         return ()
     age = v.running_s
@@ -93,21 +84,20 @@ def stalls_for(v: TaskView, hist: TaskHistory, now: float, cfg: StallSettings,
         if peer is not None:
             n, last = peer
             if now - last > cfg.peer_window_s:
-                out.append(Stall("peers", f"{n} peer{'s' if n != 1 else ''} finished {v.method} {fmt_s(now - last)} ago"))
+                out.append(Stall("peers", running_s=age, method=v.method, peers=n, peers_done_s=now - last))
     durs = hist.durations.get(key)
     if durs and len(durs) >= cfg.median_min_samples:
         med = statistics.median(durs)
         limit = max(cfg.median_factor * med, cfg.median_floor_s)
         if age > limit:
-            ratio = age / med if med > 0 else float("inf")
-            times = f"{ratio:.0f}×" if ratio < 1000 else "≫"
-            out.append(Stall("median", f"running {times} longer than usual ({fmt_s(age)} vs median {fmt_s(med)})"))
+            out.append(Stall("median", running_s=age, method=v.method, median_s=med,
+                             ratio=age / med if med > 0 else None, limit_s=limit))
     if age > cfg.stall_after_s:
-        out.append(Stall("age", f"running {fmt_s(age)} (> {fmt_s(cfg.stall_after_s)})"))
+        out.append(Stall("age", running_s=age, method=v.method, limit_s=cfg.stall_after_s))
     if v.has_gpu and v.task_id and age > cfg.gpu_idle_after_s:
         r = hist.running.get(v.task_id)
         if r is not None and r.gpu_samples >= 3 and r.gpu_max_percent < cfg.gpu_idle_percent:
-            out.append(Stall("gpu_idle", f"GPU idle for the whole task ({fmt_s(age)})"))
+            out.append(Stall("gpu_idle", running_s=age, method=v.method))
     if out and v.gpu_util_percent is not None and v.gpu_util_percent >= cfg.gpu_busy_percent:
-        out.append(Stall("gpu_spin", "GPU 100 % without progress: likely waiting in an NCCL collective"))
+        out.append(Stall("gpu_spin", running_s=age, method=v.method))
     return tuple(out)

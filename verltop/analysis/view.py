@@ -117,11 +117,15 @@ def build_snapshot(
 
         node = nodes.get(a.node_id or "")
         local = a.node_id in data.local_node_ids
-        proc = None
+        proc = dash_proc = None
         if alive and a.pid is not None:
+            dash_proc = procs_by_node.get(a.node_id or "", {}).get(a.pid)
             proc = data.local_procs.get(a.pid) if local else None
             if proc is None:
-                proc = procs_by_node.get(a.node_id or "", {}).get(a.pid)
+                proc = dash_proc
+        cpu = proc.cpu_percent if proc else None
+        if cpu is None and dash_proc is not None:  # a first local sample measures no CPU yet
+            cpu = dash_proc.cpu_percent
         gpu_hit = None
         if alive and a.pid is not None:
             if local:
@@ -150,7 +154,7 @@ def build_snapshot(
             gpu_util_percent=gpu.util_percent if gpu else None,
             gpu_mem_bytes=gpu_mem,
             gpu_mem_total_bytes=gpu.mem_total_bytes if gpu else None,
-            cpu_percent=proc.cpu_percent if proc else None,
+            cpu_percent=cpu,
             rss_bytes=proc.rss_bytes if proc else None,
             host_mem_total_bytes=node.mem_total_bytes if node else None,
             death_cause=a.death_cause,

@@ -1,4 +1,4 @@
-"""Fetchers for the Ray dashboard: each returns parsed rows or a one-line error, never raises."""
+"""Fetchers for the Ray dashboard: each returns parsed rows or a ``Problem``, never raises."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from verltop.model import Node, RawActor, RawTask
+from verltop.model import Node, Problem, RawActor, RawTask
 from verltop.sources import parse
 from verltop.sources.http import DashboardClient, Reply
 
@@ -19,7 +19,7 @@ LIMIT = 10000  # Ray's RAY_MAX_LIMIT_FROM_API_SERVER; larger is a 400
 @dataclass(frozen=True, slots=True)
 class Result(Generic[T]):
     value: T | None
-    error: str | None
+    error: Problem | None
     taken_at: float
     elapsed_s: float = 0.0
     truncated: str | None = None
@@ -74,7 +74,7 @@ async def _get_parsed(
     try:
         value, note = parser(parse.loads(reply.body or b""), now)
     except parse.ParseError as e:
-        return Result(None, str(e), now, reply.elapsed_s)
+        return Result(None, Problem("bad_answer", str(e)), now, reply.elapsed_s)
     if memo_key is not None and reply.body is not None:
         client.memo[memo_key] = (reply.body, (value, note))
     return Result(value, None, now, reply.elapsed_s, note)
@@ -164,8 +164,3 @@ async def fetch_traceback(
     if not reply.ok:
         return _fail(reply, now)
     return Result(reply.text, None, now, reply.elapsed_s)
-
-
-async def fetch_auth_mode(client: DashboardClient, timeout_s: float = 5.0) -> Result[str]:
-    return await _get_parsed(client, "/api/authentication_mode", None, timeout_s,
-                             lambda doc, now: (parse.auth_mode(doc), None))

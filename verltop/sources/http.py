@@ -9,10 +9,13 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from verltop.convert import one_line
+from verltop.model import Problem
 from verltop.sources.config import TOKEN_PLACES, Endpoint
 
 ALLOWED_PATHS = (
@@ -26,6 +29,10 @@ ALLOWED_PATHS = (
     re.compile(r"^/api/version$"),
 )
 
+RAY_RUNNING = "is Ray running? use --address or RAY_DASHBOARD_ADDRESS"
+INVALID = "invalid address"
+PROFILING_OFF = "start Ray with RAY_DASHBOARD_ENABLE_PROFILING=1, or let verltop use its probe"
+
 
 def allowed(path: str) -> bool:
     return any(rx.match(path) for rx in ALLOWED_PATHS)
@@ -33,11 +40,11 @@ def allowed(path: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Reply:
-    """One answer: ``body`` on success, else a one-line ``error`` (never both)."""
+    """One answer: ``body`` on success, else a ``Problem`` (never both)."""
 
     status: int | None
     body: bytes | None
-    error: str | None
+    error: Problem | None
     elapsed_s: float
     retry_after_s: float | None = None
 
@@ -51,8 +58,9 @@ class Reply:
 
 
 class DashboardClient:
-    """One aiohttp session per process; at most ``max_inflight`` requests at once (Ray's state server
-    is single-threaded, and answers 429 past its own limit)."""
+    """One HTTP session per process; at most ``max_inflight`` requests at once (Ray's state server is
+    single-threaded, and answers 429 past its own limit). Both transports end in ``_reply``: one mapping
+    from what happened to a ``Reply``."""
 
     def __init__(self, endpoint: Endpoint, max_inflight: int = 6, transport: str = "aiohttp") -> None:
         """``transport="stdlib"``: http.client in threads, for one-shot commands (`verltop dump`,
@@ -68,115 +76,115 @@ class DashboardClient:
         if self._session is None or self._session.closed:
             import aiohttp  # deferred: keeps `verltop --help` and the analysis core free of it
 
-            headers = {"User-Agent": "verltop"}
-            if self.endpoint.token:
-                headers["Authorization"] = f"Bearer {self.endpoint.token}"
             self._session = aiohttp.ClientSession(
-                headers=headers,
+                headers=self._headers(),
                 connector=aiohttp.TCPConnector(limit=16, ttl_dns_cache=300),
                 # no cookies, no env proxies: a dashboard on loopback must not go through a proxy
                 cookie_jar=aiohttp.DummyCookieJar(),
             )
         return self._session
 
+    def _headers(self) -> dict[str, str]:
+        headers = {"User-Agent": "verltop"}
+        if self.endpoint.token:
+            headers["Authorization"] = f"Bearer {self.endpoint.token}"
+        return headers
+
     async def close(self) -> None:
         if self._session is not None and not self._session.closed:
             await self._session.close()
 
     async def get(self, path: str, params: list[tuple[str, str]] | None = None, timeout_s: float = 10.0) -> Reply:
-        """GET ``path`` (must be on the allow-list) and return its text, or a one-line error."""
+        """GET ``path`` (must be on the allow-list) and return its body, or a ``Problem``."""
         if not allowed(path):
             raise ValueError(f"verltop refuses to call {path}: not a read-only endpoint it knows")
-        if self.transport == "stdlib":
-            async with self._sem:
-                self.requests += 1
-                return await asyncio.to_thread(self._get_stdlib, path, params, timeout_s)
+        t0 = time.monotonic()
+        async with self._sem:
+            self.requests += 1
+            if self.transport == "stdlib":
+                status, body, retry, exc = await asyncio.to_thread(self._get_stdlib, path, params, timeout_s)
+            else:
+                status, body, retry, exc = await self._get_aiohttp(path, params, timeout_s)
+        return self._reply(path, timeout_s, time.monotonic() - t0, status, body, retry, exc)
+
+    async def _get_aiohttp(self, path: str, params: list[tuple[str, str]] | None, timeout_s: float
+                           ) -> tuple[int | None, bytes | None, str | None, BaseException | None]:
         import aiohttp
 
-        t0 = time.monotonic()
-        url = self.endpoint.address + path
         try:
-            async with self._sem:
-                session = await self._ensure()
-                self.requests += 1
-                async with session.get(
-                    url, params=params, timeout=aiohttp.ClientTimeout(total=timeout_s), allow_redirects=False
-                ) as resp:
-                    body = await resp.read()
-                    status = resp.status
-                    retry = resp.headers.get("Retry-After")
-        except asyncio.TimeoutError:
-            return Reply(None, None, f"dashboard did not answer within {timeout_s:g} s ({self.endpoint.address})",
-                         time.monotonic() - t0)
-        except aiohttp.InvalidURL:
-            return Reply(None, None, f"invalid dashboard address {self.endpoint.address!r}", time.monotonic() - t0)
-        except aiohttp.ClientConnectorError as e:
-            why = _conn_reason(e)
-            return Reply(None, None, f"dashboard not reachable at {self.endpoint.address}: {why} "
-                         "(is Ray running? use --address or RAY_DASHBOARD_ADDRESS)", time.monotonic() - t0)
-        except (aiohttp.ClientError, OSError, ValueError) as e:
-            return Reply(None, None, f"dashboard connection failed: {_one_line(e)}", time.monotonic() - t0)
-        dt = time.monotonic() - t0
-        if 200 <= status < 300:
-            return Reply(status, body, None, dt)
-        return Reply(status, None, self.status_error(status, body.decode("utf-8", "replace"), path), dt,
-                     _retry_after(retry, status))
+            session = await self._ensure()
+            async with session.get(self.endpoint.address + path, params=params, allow_redirects=False,
+                                   timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+                return resp.status, await resp.read(), resp.headers.get("Retry-After"), None
+        except (asyncio.TimeoutError, aiohttp.ClientError, OSError, ValueError) as e:
+            return None, None, None, e
 
-    def _get_stdlib(self, path: str, params: list[tuple[str, str]] | None, timeout_s: float) -> Reply:
+    def _get_stdlib(self, path: str, params: list[tuple[str, str]] | None, timeout_s: float
+                    ) -> tuple[int | None, bytes | None, str | None, BaseException | None]:
         import http.client
         import urllib.parse
 
-        t0 = time.monotonic()
         u = urllib.parse.urlsplit(self.endpoint.address)
         if u.scheme not in ("http", "https") or not u.hostname:
-            return Reply(None, None, f"invalid dashboard address {self.endpoint.address!r}", 0.0)
+            return None, None, None, ValueError(INVALID)
         conn_cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
         target = (u.path.rstrip("/") + path) + ("?" + urllib.parse.urlencode(params) if params else "")
-        headers = {"User-Agent": "verltop"}
-        if self.endpoint.token:
-            headers["Authorization"] = f"Bearer {self.endpoint.token}"
-        conn = conn_cls(u.hostname, u.port, timeout=timeout_s)
         try:
-            conn.request("GET", target, headers=headers)
-            resp = conn.getresponse()
-            body = resp.read()
-            status, retry = resp.status, resp.getheader("Retry-After")
-        except TimeoutError:
-            return Reply(None, None, f"dashboard did not answer within {timeout_s:g} s ({self.endpoint.address})",
-                         time.monotonic() - t0)
-        except ConnectionRefusedError:
-            return Reply(None, None, f"dashboard not reachable at {self.endpoint.address}: connection refused "
-                         "(is Ray running? use --address or RAY_DASHBOARD_ADDRESS)", time.monotonic() - t0)
+            conn = conn_cls(u.hostname, u.port, timeout=timeout_s)
+            try:
+                conn.request("GET", target, headers=self._headers())
+                resp = conn.getresponse()
+                return resp.status, resp.read(), resp.getheader("Retry-After"), None
+            finally:
+                conn.close()
         except (OSError, http.client.HTTPException, ValueError) as e:
-            return Reply(None, None, f"dashboard connection failed: {_one_line(e) or e.__class__.__name__}",
-                         time.monotonic() - t0)
-        finally:
-            conn.close()
-        dt = time.monotonic() - t0
+            return None, None, None, e
+
+    def _reply(self, path: str, timeout_s: float, dt: float, status: int | None, body: bytes | None,
+               retry: str | None, exc: BaseException | None) -> Reply:
+        """What happened → a ``Reply``: the one place transport failures and HTTP statuses become problems."""
+        if exc is not None:
+            return Reply(None, None, self.transport_problem(exc, timeout_s), dt)
+        assert status is not None
         if 200 <= status < 300:
-            return Reply(status, body, None, dt)
-        return Reply(status, None, self.status_error(status, body.decode("utf-8", "replace"), path), dt,
+            return Reply(status, body or b"", None, dt)
+        return Reply(status, None, self.status_problem(status, (body or b"").decode("utf-8", "replace"), path), dt,
                      _retry_after(retry, status))
 
-    def status_error(self, status: int, body: str, path: str) -> str:
-        text = _one_line(_ray_msg(body))[:160]
+    def transport_problem(self, e: BaseException, timeout_s: float) -> Problem:
+        addr = self.endpoint.address
+        aio = sys.modules.get("aiohttp")
+        if isinstance(e, (asyncio.TimeoutError, TimeoutError)):
+            return Problem("timeout", f"dashboard did not answer within {timeout_s:g} s ({addr})")
+        if (aio is not None and isinstance(e, aio.InvalidURL)) or (type(e) is ValueError and str(e) == INVALID):
+            return Problem("invalid_address", f"invalid dashboard address {addr!r}")
+        if isinstance(e, ConnectionRefusedError) or (aio is not None and isinstance(e, aio.ClientConnectorError)):
+            return Problem("unreachable", f"dashboard not reachable at {addr}: {_conn_reason(e)}", RAY_RUNNING)
+        return Problem("connection", f"dashboard connection failed: {one_line(e) or e.__class__.__name__}")
+
+    def status_problem(self, status: int, body: str, path: str) -> Problem:
+        text = one_line(_ray_msg(body), 160)
         if status == 401:
             if self.endpoint.token:
-                return f"401 Unauthorized: the dashboard rejected the token from {self.endpoint.token_from}"
-            return f"401 Unauthorized: this Ray cluster uses token auth and no token was found (looked in {TOKEN_PLACES})"
+                return Problem("auth_rejected", f"401 Unauthorized: the dashboard rejected the token from "
+                               f"{self.endpoint.token_from}", status=status)
+            return Problem("auth_missing", "401 Unauthorized: this Ray cluster uses token auth and no token was "
+                           f"found (looked in {TOKEN_PLACES})", status=status)
         if status == 403:
             if "rofiling" in body:
-                return ("403: profiling is disabled on this dashboard "
-                        "(start Ray with RAY_DASHBOARD_ENABLE_PROFILING=1, or let verltop use its probe)")
+                return Problem("profiling_off", "403: profiling is disabled on this dashboard", PROFILING_OFF,
+                               status=status)
             src = self.endpoint.token_from or "nowhere"
-            return f"403 Forbidden: wrong Ray auth token (token from {src}; verltop looks in {TOKEN_PLACES})"
+            return Problem("auth_rejected", f"403 Forbidden: wrong Ray auth token (token from {src}; verltop "
+                           f"looks in {TOKEN_PLACES})", status=status)
         if status == 404:
-            return f"404: {path} not found on this dashboard (Ray older than 2.40?)"
+            return Problem("not_found", f"404: {path} not found on this dashboard (Ray older than 2.40?)",
+                           status=status)
         if status == 429:
-            return "429: the dashboard is overloaded; backing off"
+            return Problem("overloaded", "429: the dashboard is overloaded; backing off", status=status)
         if status >= 500:
-            return f"dashboard error {status}: {text or 'no message'}"
-        return f"dashboard answered HTTP {status}: {text or 'no message'}"
+            return Problem("server_error", f"dashboard error {status}: {text or 'no message'}", status=status)
+        return Problem("http", f"dashboard answered HTTP {status}: {text or 'no message'}", status=status)
 
 
 def _retry_after(v: str | None, status: int) -> float | None:
@@ -188,7 +196,9 @@ def _retry_after(v: str | None, status: int) -> float | None:
         return 5.0
 
 
-def _conn_reason(e: Exception) -> str:
+def _conn_reason(e: BaseException) -> str:
+    if isinstance(e, ConnectionRefusedError):
+        return "connection refused"
     os_err = getattr(e, "os_error", None)
     s = str(getattr(os_err, "strerror", "") or os_err or e)
     return s.lower() if s else "connection failed"
@@ -204,8 +214,3 @@ def _ray_msg(body: str) -> str:
         if isinstance(msg, str) and msg.strip():
             return msg
     return body
-
-
-def _one_line(x: object) -> str:
-    s = " ".join(str(x).split())
-    return s[:300]

@@ -6,7 +6,6 @@ left out, NVML missing or failing gives ``gpus=None`` with a one-line reason.
 
 from __future__ import annotations
 
-import os
 import socket
 import time
 from dataclasses import dataclass
@@ -85,11 +84,11 @@ class LocalSampler:
             p = self._procs.get(pid)
             try:
                 if p is None:
-                    p = psutil.Process(pid)
-                    title = (p.cmdline() or [""])[0]
                     # pid reuse, or a remote node's pid that happens to exist here: only Ray workers count
-                    if not title.startswith("ray::"):
+                    if not is_actor_process(pid):
                         continue
+                    p = psutil.Process(pid)
+                    title = process_title(pid)
                     p.cpu_percent(None)  # prime; the next call measures the interval
                     self._procs[pid] = p
                     out[pid] = ProcStat(pid, None, p.memory_info().rss, p.create_time(), title)
@@ -203,20 +202,29 @@ def _nvml_msg(e: Exception) -> str:
     return " ".join(s.split())[:120]
 
 
-def ray_worker_here(pid: int) -> bool:
-    """Is ``pid`` a Ray worker process on this machine (its title starts with ``ray::``)?"""
+def process_title(pid: int) -> str | None:
+    """The first word of ``/proc/PID/cmdline`` (Ray workers: ``ray::Class.method``; setproctitle's title)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read(5) == b"ray::"
+            return f.read(4096).split(b"\0", 1)[0].decode(errors="replace")
     except OSError:
+        return None
+
+
+def is_actor_process(pid: int, class_name: str | None = None) -> bool:
+    """Is ``pid`` here a Ray worker (of ``class_name``, when given)? The one check against pid reuse and
+    against another host's pid that happens to exist on this machine."""
+    title = process_title(pid)
+    if title is None or not title.startswith("ray::"):
         return False
+    return class_name is None or title.startswith("ray::" + class_name.rsplit(".", 1)[-1])
 
 
-def pid_alive(pid: int) -> bool:
+def process_exited(pid: int) -> bool:
+    """Gone, or a zombie (killed, not yet reaped by its raylet): nothing left to read."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
         return True
-    return True
+    return state in (b"Z", b"X")

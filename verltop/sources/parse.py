@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from verltop.convert import to_float, to_int, to_str
 from verltop.model import Gpu, Node, ProcStat, RawActor, RawTask
 
 # The only runtime-env keys verltop ever reads. Everything else in a runtime env (API keys, tokens) is
@@ -63,43 +64,9 @@ def _list(v: Any) -> list[Any]:
     return v if isinstance(v, list) else []
 
 
-def _str(v: Any) -> str | None:
-    if v is None:
-        return None
-    if isinstance(v, str):
-        return v
-    if isinstance(v, (int, float, bool)):
-        return str(v)
-    return None
-
-
-def _int(v: Any) -> int | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, int):
-        return v
-    if isinstance(v, float):
-        return int(v) if v == v and abs(v) < 1e18 else None
-    if isinstance(v, str):
-        try:
-            return int(float(v))
-        except ValueError:
-            return None
-    return None
-
-
-def _float(v: Any) -> float | None:
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, (int, float)):
-        f = float(v)
-        return f if f == f and abs(f) != float("inf") else None
-    if isinstance(v, str):
-        try:
-            return _float(float(v))
-        except ValueError:
-            return None
-    return None
+_str = to_str
+_int = to_int
+_float = to_float
 
 
 def state_api_rows(doc: Any) -> ListResult:
@@ -347,7 +314,3 @@ def node_detail(doc: Any, now: float | None = None) -> Node | None:
     if not isinstance(detail, dict):
         raise ParseError("dashboard answer lacks data.detail (schema changed?)")
     return node_stats(detail, now)
-
-
-def auth_mode(doc: Any) -> str | None:
-    return _str(_dict(doc).get("authentication_mode"))

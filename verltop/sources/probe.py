@@ -13,10 +13,11 @@ import threading
 import time
 from typing import Any
 
-from verltop.model import ProcessDump
-from verltop.sources import pyspy_parse
+from verltop.convert import one_line
+from verltop.model import Problem, ProcessDump
+from verltop.sources import pyspy
 from verltop.sources.config import resolve_token
-from verltop.sources.stacks import NO_PYSPY, DumpOptions, explain_pyspy_error
+from verltop.sources.pyspy import DumpOptions
 
 NAMESPACE = "verltop-probe"
 
@@ -28,7 +29,8 @@ def _probe_class() -> Any:
     class VerltopProbe:
         """Runs py-spy on its node."""
 
-        def dump(self, pid: int, native: bool, nonblocking: bool, timeout_s: float) -> tuple[int, str, str, float]:
+        def dump(self, args: list[str], timeout_s: float) -> tuple[int, str, str, float]:
+            """py-spy with ``args`` (built by the caller: verltop need not be installed on this node)."""
             import os
             import shutil
             import subprocess
@@ -37,14 +39,9 @@ def _probe_class() -> Any:
             exe = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
             if not os.access(exe, os.X_OK):
                 return (-2, "", "py-spy not found", 0.0)
-            args = [exe, "dump", "--json", "--pid", str(pid)]
-            if native:
-                args.append("--native")
-            if nonblocking:
-                args.append("--nonblocking")
             t0 = time.monotonic()
             try:
-                p = subprocess.run(args, capture_output=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+                p = subprocess.run([exe, *args], capture_output=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
             except subprocess.TimeoutExpired:
                 return (-1, "", f"py-spy did not finish within {timeout_s:g} s (killed)", time.monotonic() - t0)
             return (p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace"),
@@ -130,7 +127,7 @@ class ProbePool:
                     self._init_error = "cannot start a probe: connecting to the Ray cluster timed out"
                 except Exception as e:  # noqa: BLE001 - ray raises many kinds; all mean "no probe"
                     self._init_error = ("cannot start a probe: ray.init failed "
-                                        f"({' '.join(str(e).split())[:160]}); run verltop on the head node")
+                                        f"({one_line(e, 160)}); run verltop on the head node")
             if self._init_error:
                 raise RuntimeError(self._init_error)
             if node_id in self._failed:
@@ -151,10 +148,11 @@ class ProbePool:
         try:
             actor = await self._actor(node_id)
         except RuntimeError as e:
-            return ProcessDump(pid, error=str(e), taken_at=started)
+            return ProcessDump(pid, error=Problem("probe", str(e)), taken_at=started)
         import ray
 
-        ref = actor.dump.remote(pid, self.opts.native, self.opts.nonblocking, self.opts.per_process_timeout)
+        ref = actor.dump.remote(pyspy.dump_args(pid, self.opts.native, self.opts.nonblocking),
+                                self.opts.per_process_timeout)
         try:
             rc, out, err, dt = await asyncio.wait_for(
                 asyncio.wrap_future(ref.future()), self.opts.per_process_timeout + self.schedule_timeout_s
@@ -165,15 +163,19 @@ class ProbePool:
                 ray.cancel(ref)
             except Exception:  # noqa: BLE001 - best effort: the probe is killed in close() anyway
                 pass
-            return ProcessDump(pid, error=self._failed[node_id], taken_at=started)
+            return ProcessDump(pid, error=Problem("probe", self._failed[node_id]), taken_at=started)
         except Exception as e:  # noqa: BLE001 - actor died, node left: all are "no stack here"
-            return ProcessDump(pid, error=f"probe failed: {' '.join(str(e).split())[:160]}", taken_at=started)
+            return ProcessDump(pid, error=Problem("probe", f"probe failed: {one_line(e, 160)}"), taken_at=started)
         if rc == -2:
-            return ProcessDump(pid, error=NO_PYSPY + " (on that node)", taken_at=started)
+            return ProcessDump(pid, error=pyspy.no_pyspy_problem(" (on that node)"), taken_at=started)
+        if rc == -1:
+            return ProcessDump(pid, error=pyspy.timeout_problem(self.opts.per_process_timeout), taken_at=started,
+                               duration_s=dt)
         if rc != 0:
-            return ProcessDump(pid, error=explain_pyspy_error(err + out, rc), taken_at=started, duration_s=dt)
-        threads, perr = pyspy_parse.parse_json(out)
-        return ProcessDump(pid, threads=threads, error=perr, native=self.opts.native, taken_at=started, duration_s=dt)
+            return ProcessDump(pid, error=pyspy.explain_error(err + out, rc), taken_at=started, duration_s=dt)
+        threads, perr = pyspy.parse_json(out)
+        return ProcessDump(pid, threads=threads, error=Problem("pyspy", perr) if perr else None,
+                           native=self.opts.native, taken_at=started, duration_s=dt)
 
     async def close(self) -> None:
         if not self._actors:

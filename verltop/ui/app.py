@@ -1,4 +1,4 @@
-"""The Textual app: owns the Collector (the one poller), turns its data into Snapshots, routes keys."""
+"""The Textual app: shows what its engine publishes and routes keys. It never polls anything itself."""
 
 from __future__ import annotations
 
@@ -9,10 +9,8 @@ from typing import Any
 from textual.app import App
 from textual.binding import Binding
 
-from verltop.analysis.stalls import StallSettings
+from verltop.engine import Engine
 from verltop.model import Snapshot
-from verltop.sources.config import Endpoint
-from verltop.sources.poller import Collector, Intervals
 
 
 class VerltopApp(App):
@@ -21,97 +19,79 @@ class VerltopApp(App):
     ENABLE_COMMAND_PALETTE = False
     BINDINGS = [Binding("ctrl+c", "quit", "Quit", show=False, id="quit-ctrl-c")]
 
-    def __init__(
-        self,
-        endpoint: Endpoint,
-        intervals: Intervals | None = None,
-        stall: StallSettings | None = None,
-        use_local: bool = True,
-        demo: Any = None,
-        collector: Collector | None = None,
-        clock: Any = None,
-        autostart: bool = True,
-    ) -> None:
+    def __init__(self, engine: Engine, demo: Any = None, autostart: bool = True) -> None:
+        """``engine``: a live ``Monitor`` or a recording; ``demo``: the demo's handle (the H key)."""
         super().__init__()
-        self.endpoint = endpoint
-        self.collector = collector or Collector(endpoint, intervals, stall, use_local=use_local)
+        self.engine = engine
+        self.clock = engine.clock
         self.demo = demo
         self.snapshot: Snapshot | None = None
-        self.clock = clock or time.time
         self.autostart = autostart
-        self._refresh_pending = False
-        self._last_rebuild = 0.0
         self._last_trim = time.monotonic()
-        self.snapshots_built = 0
-        self.last_build_ms = 0.0
+        self._unsubscribe = engine.subscribe(self._on_snapshot)
+        self._showing: asyncio.Future | None = None
+        self._pending: Snapshot | None = None
+        self.snapshots_shown = 0
+        self.last_layout_ms = 0.0
+
+    @classmethod
+    def live(cls, endpoint: Any, intervals: Any = None, stall: Any = None, use_local: bool = True, demo: Any = None,
+             clock: Any = None, autostart: bool = True) -> VerltopApp:
+        """The app on a live cluster: a ``Monitor`` of ``endpoint`` (a ``sources.config.Endpoint``)."""
+        from verltop.engine import Monitor
+
+        return cls(Monitor(endpoint, intervals, stall, use_local=use_local, clock=clock or time.time), demo=demo,
+                   autostart=autostart)
 
     def on_mount(self) -> None:
         from verltop.ui.screens.main import MainScreen
 
         self.push_screen(MainScreen())
         if self.autostart:
-            self.collector.start(self._source_updated)
+            self.engine.start()
         self.set_interval(1.0, self._tick)
 
-    @property
-    def min_rebuild_s(self) -> float:
-        """Sources report at different moments; join them into one view per poll interval. Ages and
-        clocks tick every second without a rebuild (``_tick``)."""
-        return min(self.collector.iv.actors_s, self.collector.iv.tasks_s)
+    def _on_snapshot(self, snap: Snapshot) -> None:
+        """The engine published: lay the table out off the UI loop, then swap it in. A snapshot that arrives
+        while the previous is still being laid out replaces it (only the newest is shown)."""
+        self._pending = snap
+        if self._showing is None or self._showing.done():
+            self._showing = asyncio.ensure_future(self._show())
 
-    def _source_updated(self) -> None:
-        if self._refresh_pending or not (self.collector.changed or self.snapshot is None):
-            return
-        self._refresh_pending = True
-        wait = max(0.1, self._last_rebuild + self.min_rebuild_s - time.monotonic())
-        self.set_timer(wait, self.rebuild)
-
-    async def rebuild(self) -> None:
-        """A new Snapshot from the collector's data, published to the screens. The analysis (pure) runs
-        in a thread, so keys keep answering while 10,000 actors are joined."""
-        self._refresh_pending = False
-        self._last_rebuild = time.monotonic()
-        self.collector.changed = False
-        if not self.collector.has_data and self.snapshot is None:
-            self._publish(None)
-            return
+    async def _show(self) -> None:
         from verltop.ui.screens.main import MainScreen
 
-        t0 = time.perf_counter()
-        snap = await self.collector.snapshot_async(self.clock())
-        self.snapshot = snap
-        # the table's rows are laid out in the thread too; the loop only swaps them in
-        mains = [s for s in self.screen_stack if isinstance(s, MainScreen)]
-        rows = {id(m): await asyncio.to_thread(m.table_rows, snap) for m in mains}
-        self.last_build_ms = (time.perf_counter() - t0) * 1000
-        self.snapshots_built += 1
-        for m in mains:
-            m.show_snapshot(snap, rows[id(m)])
+        while self._pending is not None:
+            snap, self._pending = self._pending, None
+            t0 = time.perf_counter()
+            mains = [s for s in self.screen_stack if isinstance(s, MainScreen)]
+            rows = {id(m): await asyncio.to_thread(m.table_rows, snap) for m in mains}
+            for m in mains:
+                m.show_snapshot(snap, rows[id(m)])
+            self.snapshot = snap  # what is on screen now
+            self.last_layout_ms = (time.perf_counter() - t0) * 1000
+            self.snapshots_shown += 1
         if time.monotonic() - self._last_trim > 60:
             self._last_trim = time.monotonic()
             _trim_heap()
+
+    async def show_now(self) -> None:
+        """Show the engine's latest snapshot at once (tests)."""
+        if self.engine.latest is not None:
+            self._pending = self.engine.latest
+            await self._show()
 
     def _tick(self) -> None:
         """Between snapshots the clocks move: task ages, the progress clock, the data's age."""
         from verltop.ui.screens.main import MainScreen
 
-        if self.snapshot is None:
-            if not self.collector.has_data:
-                self._publish(None)  # keeps "connecting…" / the error current
-            return
         for screen in self.screen_stack:
             if isinstance(screen, MainScreen):
                 screen.tick(self.clock())
 
-    def _publish(self, snap: Snapshot | None) -> None:
-        from verltop.ui.screens.main import MainScreen
-
-        for screen in self.screen_stack:
-            if isinstance(screen, MainScreen):
-                screen.show_snapshot(snap)
-
     async def on_unmount(self) -> None:
-        await self.collector.stop()
+        self._unsubscribe()
+        await self.engine.stop()
 
 
 def _trim_heap() -> None:

@@ -1,10 +1,10 @@
-"""Pure rendering helpers returning Rich Text: bars, sizes, durations. One threshold table for colours."""
+"""Pure rendering helpers returning Rich Text: bars. One threshold table for colours."""
 
 from __future__ import annotations
 
 from rich.text import Text
 
-from verltop.text import fmt_age, fmt_bytes
+from verltop import fmt
 
 _EIGHTHS = " ▏▎▍▌▋▊▉"
 
@@ -37,28 +37,9 @@ def bar(percent: float | None, width: int = 7, kind: str = "gpu", label: str | N
     return t
 
 
-def short_bytes(n: int | None) -> str:
-    """At most four characters: ``801M``, ``1.5G``, ``140G``."""
-    if n is None:
-        return "-"
-    f = float(n)
-    for unit in ("B", "K", "M", "G", "T", "P"):
-        if f < 1000 or unit == "P":
-            return f"{f:.1f}{unit}" if f < 10 and unit not in ("B",) else f"{f:.0f}{unit}"
-        f /= 1024
-    return "-"
-
-
 def mem_bar(used: int | None, total: int | None, width: int = 7, dim: bool = False) -> Text:
     if used is None:
         return bar(None, width, "mem")
     if not total:
-        return Text(" " * width + " " + short_bytes(used).rjust(4))
-    return bar(used / total * 100.0, width, "mem", label=short_bytes(used), dim=dim)
-
-
-def age_text(seconds: float | None) -> Text:
-    return Text(fmt_age(seconds) if seconds is not None else "-")
-
-
-__all__ = ["age_text", "bar", "fmt_age", "fmt_bytes", "mem_bar"]
+        return Text(" " * width + " " + fmt.size_short(used).rjust(4))
+    return bar(used / total * 100.0, width, "mem", label=fmt.size_short(used), dim=dim)

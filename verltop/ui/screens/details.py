@@ -5,13 +5,13 @@ from __future__ import annotations
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Static
 
+from verltop import fmt
 from verltop.model import ActorRow
-from verltop.text import fmt_age, fmt_bytes, fmt_pct
+from verltop.ui import keymap
 from verltop.ui.widgets.footer import Footer
 
 LOG_LINES = 200
@@ -32,13 +32,13 @@ def facts_text(a: ActorRow) -> Text:
         row("death cause", a.death_cause, "red")
     row("role", a.role + (f"   (hosts {', '.join(a.roles)})" if len(a.roles) > 1 else ""))
     row("worker group", a.worker_group)
-    row("rank", f"{a.rank} of {a.world_size}" if a.rank is not None else None)
+    row("rank", f"{a.rank} of {a.world_size or '?'}" if a.rank is not None else None)
     row("node", a.node_ip)
     row("pid", a.pid)
-    row("running task", f"{a.task}  ({fmt_age(a.task_running_s)})" if a.task else None)
-    row("GPU", f"#{a.gpu_index}  util {fmt_pct(a.gpu_util_percent)}  mem {fmt_bytes(a.gpu_mem_bytes)}"
+    row("running task", f"{a.task}  ({fmt.age(a.task_running_s)})" if a.task else None)
+    row("GPU", f"#{a.gpu_index}  util {fmt.pct(a.gpu_util_percent)}  mem {fmt.size(a.gpu_mem_bytes)}"
         if a.gpu_index is not None else None)
-    row("host", f"CPU {fmt_pct(a.cpu_percent)}  RSS {fmt_bytes(a.rss_bytes)}")
+    row("host", f"CPU {fmt.pct(a.cpu_percent)}  RSS {fmt.size(a.rss_bytes)}")
     if a.stalls:
         t.append("stalled because\n", style="bold red")
         for s in a.stalls:
@@ -47,12 +47,7 @@ def facts_text(a: ActorRow) -> Text:
 
 
 class DetailsScreen(Screen):
-    BINDINGS = [
-        Binding("escape", "app.pop_screen", "Back", id="back"),
-        Binding("r", "reload", "Reload log", id="reload-log"),
-        Binding("o", "toggle_stream", "stdout/stderr", id="toggle-stream"),
-        Binding("q", "app.pop_screen", "Back", show=False, id="back-q"),
-    ]
+    BINDINGS = keymap.DETAILS
 
     def __init__(self, actor: ActorRow) -> None:
         super().__init__()
@@ -81,12 +76,10 @@ class DetailsScreen(Screen):
 
     @work(exclusive=True, group="log")
     async def load_log(self) -> None:
-        from verltop.sources.dashboard import fetch_log_tail
-
-        r = await fetch_log_tail(self.app.collector.client, self.actor.actor_id, self.stream, LOG_LINES)
+        text, problem = await self.app.engine.log_tail(self.actor.actor_id, self.stream, LOG_LINES)
         log = self.query_one("#log", Static)
-        if not r.ok:
-            log.update(Text(f"could not read the log: {r.error}", style="yellow"))
+        if problem is not None:
+            log.update(Text(f"could not read the log: {problem.text}", style="yellow"))
             return
-        body = (r.value or "").rstrip() or "(empty)"
+        body = (text or "").rstrip() or "(empty)"
         log.update(Text(body))

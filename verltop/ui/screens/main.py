@@ -6,11 +6,11 @@ import re
 
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Input
 
 from verltop.model import Snapshot
+from verltop.ui import keymap
 from verltop.ui.widgets.actor_table import GROUPINGS, SORTS, ActorTable, layout_rows
 from verltop.ui.widgets.footer import Footer
 from verltop.ui.widgets.header_bar import HeaderBar
@@ -18,21 +18,7 @@ from verltop.ui.widgets.text_line import TextLine
 
 
 class MainScreen(Screen):
-    BINDINGS = [
-        Binding("q", "app.quit", "Quit", id="quit"),
-        Binding("question_mark", "help", "Help", key_display="?", id="help"),
-        Binding("d", "dump_group", "Dump group", id="dump-group"),
-        Binding("D", "dump_all", "Dump all", key_display="D", id="dump-all"),
-        Binding("slash", "filter", "Filter", key_display="/", id="filter"),
-        Binding("s", "sort", "Sort", id="sort"),
-        Binding("g", "group", "Group", id="group"),
-        Binding("p", "pause", "Pause", id="pause"),
-        Binding("l", "details", "Log", show=False, id="log"),
-        Binding("j", "cursor_down", "Down", show=False, id="down"),
-        Binding("k", "cursor_up", "Up", show=False, id="up"),
-        Binding("escape", "clear_filter", "Clear filter", show=False, id="clear-filter"),
-        Binding("H", "inject_hang", "Hang (demo)", show=False, key_display="H", id="inject-hang"),
-    ]
+    BINDINGS = keymap.MAIN
 
     def __init__(self) -> None:
         super().__init__()
@@ -53,10 +39,12 @@ class MainScreen(Screen):
 
     def on_mount(self) -> None:
         self.query_one("#filter", Input).display = False
-        self.query_one(HeaderBar).show_snapshot(None, False)
+        self.query_one(HeaderBar).show_snapshot(None, False, self.app.engine.connection_problem())
         self.query_one(ActorTable).focus()
         if self.app.demo is not None:
             self.message("demo: press H to make one rank hang now, d to dump its group")
+        if self.app.snapshot is not None:  # a screen pushed later starts from what the app has
+            self.show_snapshot(self.app.snapshot)
 
     @property
     def table(self) -> ActorTable:
@@ -71,35 +59,35 @@ class MainScreen(Screen):
         off the UI loop)."""
         return layout_rows(snap, self.grouping, self.sort, self.filter_rx, self.filter_invert)
 
-    def show_snapshot(self, snap: Snapshot | None, rows: list | None = None) -> None:
-        self._last = snap
+    def show_snapshot(self, snap: Snapshot, rows: list | None = None) -> None:
         header = self.query_one(HeaderBar)
-        first_err = self.app.collector.first_error()
         if self.paused:
-            header.show_snapshot(snap, True, first_err)
+            header.show_snapshot(self._last, True, self.app.engine.connection_problem())
             return
-        header.show_snapshot(snap, False, first_err)
-        if snap is None:
-            return
+        self._last = snap
+        header.show_snapshot(snap, False, self.app.engine.connection_problem())
+        self.table.set_shape(snap)
         self.table.apply(rows if rows is not None else self.table_rows(snap), snap.taken_at)
         self._show_selection()
         node_of = {a.actor_id: a.node_id for a in snap.actors}
-        self.app.collector.visible_nodes = {node_of[k]: None for k in self.table.visible_actor_rows()
-                                            if node_of.get(k)}
-        empty = not snap.actors
-        if empty and snap.errors == []:
+        self.app.engine.set_focus(node_of[k] for k in self.table.visible_actor_rows() if node_of.get(k))
+        if not snap.actors and not snap.errors:
             self.message("no actors in this Ray cluster yet")
 
     def tick(self, now: float) -> None:
-        """Once a second between snapshots: ages in the table, the header's clocks."""
-        if self.paused or self._last is None:
+        """Once a second between snapshots: ages in the table, the header's clocks (or why there is no data)."""
+        header = self.query_one(HeaderBar)
+        if self._last is None:
+            header.show_snapshot(None, False, self.app.engine.connection_problem())
+            return
+        if self.paused:
             return
         self.table.tick(now)
-        self.query_one(HeaderBar).show_snapshot(self._last, False, self.app.collector.first_error(), now)
+        header.show_snapshot(self._last, False, self.app.engine.connection_problem(), now)
 
     def _redraw(self) -> None:
         if self._last is not None:
-            self.table.apply(layout_rows(self._last, self.grouping, self.sort, self.filter_rx, self.filter_invert))
+            self.table.apply(self.table_rows(self._last))
 
     # ---------------------------------------------------------- actions
 
@@ -127,7 +115,8 @@ class MainScreen(Screen):
     def action_pause(self) -> None:
         self.paused = not self.paused
         self.message("paused: the table is frozen (polling goes on); p resumes" if self.paused else "resumed")
-        self.show_snapshot(self._last)
+        if self._last is not None:
+            self.show_snapshot(self._last if self.paused else (self.app.snapshot or self._last))
 
     def action_filter(self) -> None:
         inp = self.query_one("#filter", Input)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Static
 
 from verltop.analysis.collectives import is_native, is_wrapper
 from verltop.model import RankDump
+from verltop.ui import keymap
 from verltop.ui.widgets.footer import Footer
 
 
@@ -32,7 +32,7 @@ def rank_stack_text(rd: RankDump) -> Text:
         t.append(("stack unchanged across samples: stuck\n" if rd.stuck else "stack moves between samples: slow\n"),
                  style="red" if rd.stuck else "green")
     if rd.error:
-        t.append(f"error: {rd.error}\n", style="yellow")
+        t.append(f"error: {rd.error.text}\n", style="yellow")
     last = next((s for s in reversed(rd.samples) if s.threads), None)
     for th in last.threads if last else ():
         state = "active" if th.active else "idle"
@@ -48,10 +48,7 @@ def rank_stack_text(rd: RankDump) -> Text:
 
 
 class RankStackScreen(Screen):
-    BINDINGS = [
-        Binding("escape", "app.pop_screen", "Back", id="back"),
-        Binding("q", "app.pop_screen", "Back", show=False, id="back-q"),
-    ]
+    BINDINGS = keymap.RANK_STACK
 
     def __init__(self, rd: RankDump) -> None:
         super().__init__()

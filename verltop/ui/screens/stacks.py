@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import json
-import time
-
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
+from textual.worker import Worker, WorkerState
 
 from verltop.analysis.collectives import collective_pending
-from verltop.analysis.dump import analyse, analyse_rank, dump_targets
 from verltop.analysis.merge import build_tree, compact_labels, rank_label, render_tree
-from verltop.model import ActorRow, DumpReport, ProcessDump, RankDump, Snapshot
-from verltop.sources.stacks import DumpOptions, StackCapture
+from verltop.engine import DumpJob, DumpOptions, DumpProgress
+from verltop.model import DumpReport, RankDump, Snapshot
+from verltop.ui import keymap
 from verltop.ui.widgets.footer import Footer
 
 RANK_COLUMNS = (("group", "GROUP", 10), ("rank", "RANK", 5), ("role", "ROLE", 14), ("node", "NODE", 15),
@@ -41,7 +38,7 @@ def rank_cells(r: RankDump, suspect: bool) -> tuple:
     frame = (r.blocked_on.frame if r.blocked_on else None) or (r.stack[0].short() if r.stack else "-")
     motion = Text("-" if r.stuck is None else ("stuck" if r.stuck else "moving"),
                   style="red" if r.stuck else "green" if r.stuck is False else "grey50")
-    note = Text(r.error or "", style="yellow")
+    note = Text(r.error.text if r.error else "", style="yellow")
     group = Text(a.worker_group or ("controller" if a.role == "controller" else "-"))
     if suspect:
         group = Text("▶ " + group.plain, style="bold red")
@@ -49,28 +46,20 @@ def rank_cells(r: RankDump, suspect: bool) -> tuple:
 
 
 class StackScreen(Screen):
-    BINDINGS = [
-        Binding("escape", "back", "Back / cancel", id="back"),
-        Binding("enter", "rank_stack", "Full stack", id="rank-stack"),
-        Binding("w", "write", "Write dump", id="write-dump"),
-        Binding("r", "again", "Dump again", id="dump-again"),
-        Binding("f", "flight_recorder", "Flight Recorder", id="flight-recorder"),
-        Binding("j", "down", "Down", show=False, id="down"),
-        Binding("k", "up", "Up", show=False, id="up"),
-    ]
+    BINDINGS = keymap.STACKS
 
     def __init__(self, snap: Snapshot, group: str | None = None, opts: DumpOptions | None = None) -> None:
         super().__init__()
         self.snap = snap
         self.group = group
         self.opts = opts or DumpOptions(samples=2, interval_s=1.0)
-        self.targets: list[ActorRow] = dump_targets(snap.actors, group)
+        self.job: DumpJob | None = None
         self.report: DumpReport | None = None
-        self.samples: dict[str, list[ProcessDump]] = {}
         self.partial: dict[str, RankDump] = {}
-        self.started = 0.0
-        self.first_rank_ms: float | None = None
-        self.done_ms: float | None = None
+
+    @property
+    def targets(self) -> list:
+        return self.job.targets if self.job else []
 
     def compose(self) -> ComposeResult:
         yield Static("", id="stack-status")
@@ -93,49 +82,47 @@ class StackScreen(Screen):
         self.query_one("#stack-status", Static).update(text)
 
     def action_again(self) -> None:
+        if not self.app.engine.live:
+            self.notify("a recording cannot take new dumps", severity="warning")
+            return
         what = f"worker group {self.group}" if self.group else "every verl rank"
-        if not self.targets:
+        self.job = self.app.engine.dump(self.snap, self.group, self.opts, self._progress)
+        if not self.job.targets:
             self._status(Text(f"nothing to dump: no {what} in the current snapshot", style="yellow"))
             return
         self.report = None
         self.partial.clear()
-        t = self.query_one("#ranks", DataTable)
-        t.clear()
+        self.query_one("#ranks", DataTable).clear()
         self.query_one("#suspects", Static).update("")
         self.query_one("#tree", Static).update("")
-        self.started = time.perf_counter()
-        self.first_rank_ms = None
-        live = sum(1 for a in self.targets if a.state == "ALIVE")
-        self._status(f"dumping {what}: 0/{live * self.opts.samples} stacks…  (Esc cancels)")
-        self.capture()
+        self._status(f"dumping {what}: 0/{self.job.total} stacks…  (Esc cancels)")
+        self.capture(self.job)
 
     @work(exclusive=True, group="stacks", exit_on_error=False)
-    async def capture(self) -> None:
-        col = self.app.collector
-        cap = StackCapture(col.client, col.local_node_ids(), self.opts)
-        live = sum(1 for a in self.targets if a.state == "ALIVE")
-        total = live * max(1, self.opts.samples)
-        samples: dict[str, list[ProcessDump]] = {}
+    async def capture(self, job: DumpJob) -> None:
+        report = await job.run()
+        if job is not self.job:
+            return  # an older dump, replaced by `r`
+        if report is None:
+            problem = job.problem.text if job.problem else "unknown error"
+            self._status(Text(f"the dump failed: {problem}  (r: try again · Esc: back)", style="bold red"))
+            return
+        self.report = report
+        self._show_report(report)
 
-        def progress(a: ActorRow, d: ProcessDump, done: int, n: int) -> None:
-            samples.setdefault(a.actor_id, []).append(d)
-            rd = analyse_rank(a, samples[a.actor_id])
-            self._show_rank(rd)
-            if self.first_rank_ms is None:
-                self.first_rank_ms = (time.perf_counter() - self.started) * 1000
-            self._status(f"dumping: {done}/{n} stacks  ({len(samples)}/{live} ranks)…  (Esc cancels)")
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """A bug in showing a dump must say so on this screen, not leave "dumping…" there for ever."""
+        if event.state == WorkerState.ERROR and event.worker.group in ("stacks", "fr"):
+            self._status(Text(f"the dump failed: {event.worker.error!r}  (r: try again · Esc: back)",
+                              style="bold red"))
 
-        got = await cap.capture(self.targets, progress)
-        self._status(f"read {total}/{total} stacks; reading NCCL watchdog lines from the worker logs…")
-        from verltop.sources.watchdog import collective_evidence
-
-        collectives, fr_notes = await collective_evidence(col.client, self.targets, got, True,
-                                                          col.local_node_ids())
-        self.samples = got
-        self.report = analyse(self.targets, got, time.time(), collectives, native=self.opts.native,
-                              notes=tuple(cap.notes) + tuple(fr_notes))
-        self.done_ms = (time.perf_counter() - self.started) * 1000
-        self._show_report(self.report)
+    def _progress(self, p: DumpProgress) -> None:
+        if p.stage == "stacks" and p.rank is not None:
+            self._show_rank(p.rank)
+            self._status(f"dumping: {p.done}/{p.total} stacks  ({p.ranks_seen}/{p.ranks_live} ranks)…  (Esc cancels)")
+        elif p.stage == "evidence":
+            self._status(f"read {p.total}/{p.total} stacks; reading NCCL watchdog lines and Flight Recorder "
+                         "dumps…  (Esc cancels)")
 
     def _show_rank(self, rd: RankDump, suspect: bool = False) -> None:
         t = self.query_one("#ranks", DataTable)
@@ -150,8 +137,8 @@ class StackScreen(Screen):
 
     def _show_report(self, r: DumpReport) -> None:
         ok = sum(1 for x in r.ranks if x.error is None)
-        st = Text(f"{ok}/{len(r.ranks)} ranks dumped, {r.samples} samples ~1 s apart, "
-                  f"in {self.done_ms / 1000:.1f} s", style="bold")
+        took = f", in {self.job.elapsed_s:.1f} s" if self.job and self.job.elapsed_s is not None else ""
+        st = Text(f"{ok}/{len(r.ranks)} ranks dumped, {r.samples} samples ~1 s apart{took}", style="bold")
         if r.notes:
             st.append("   " + "; ".join(r.notes), style="yellow")
         st.append("   Enter: full stack · w: write · r: again · Esc: back", style="grey70")
@@ -180,27 +167,20 @@ class StackScreen(Screen):
     # ---------------------------------------------------------- actions
 
     def action_flight_recorder(self) -> None:
-        if self.report is None:
+        if self.report is None or self.job is None:
             self.notify("wait for the dump to finish", severity="warning")
             return
         self._status("asking each rank for a Flight Recorder dump through its debug-info pipe…")
-        self.fr_refresh()
+        self.fr_refresh(self.job)
 
     @work(exclusive=True, group="fr", exit_on_error=False)
-    async def fr_refresh(self) -> None:
-        from verltop.sources.flight_recorder import trigger_and_read
-
-        col = self.app.collector
-        local = [a for a in self.targets if a.node_id in col.local_node_ids() and a.role != "controller"]
-        infos, notes = await trigger_and_read(local)
-        if not infos:
+    async def fr_refresh(self, job: DumpJob) -> None:
+        report, notes = await job.refresh_flight_recorder()
+        if report is None:
             self._status(Text("Flight Recorder: " + ("; ".join(notes) or "no dump came back"), style="yellow"))
             return
-        old = {r.actor.actor_id: r.collective for r in self.report.ranks if r.collective}
-        old.update(infos)
-        self.report = analyse(self.targets, self.samples, time.time(), old, native=self.opts.native,
-                              notes=merge_notes(self.report.notes, notes))
-        self._show_report(self.report)
+        self.report = report
+        self._show_report(report)
 
     def action_back(self) -> None:
         self.workers.cancel_group(self, "stacks")
@@ -236,7 +216,7 @@ class StackScreen(Screen):
         if self.report is None:
             self.notify("the dump is not finished yet", severity="warning")
             return
-        from verltop.save import write_dump
+        from verltop.engine.save import write_dump
         from verltop.text import dump_text, full_stacks_text
 
         try:
@@ -246,11 +226,6 @@ class StackScreen(Screen):
             return
         self.notify(f"wrote {txt} and {js.name} (mode 0600)", timeout=8)
         self._status(Text(f"wrote {txt.resolve()} and {js.name}", style="bold green"))
-
-
-def merge_notes(old: tuple[str, ...], new: list[str]) -> tuple[str, ...]:
-    """The report's notes after ``f``: the same cross-rank finding read again is shown once."""
-    return tuple(dict.fromkeys((*old, *new)))
 
 
 def tree_rich(r: DumpReport) -> Text:
@@ -266,7 +241,3 @@ def tree_rich(r: DumpReport) -> Text:
         t.append(f" ({len(ranks)}) ", style="grey50")
         t.append(text + "\n", style="bold" if small else "")
     return t
-
-
-def report_json(r: DumpReport) -> str:
-    return json.dumps(r.to_json(), indent=1)

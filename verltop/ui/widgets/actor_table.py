@@ -8,33 +8,113 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.text import Text
 from textual import events
-from textual.binding import Binding
 from textual.geometry import Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from verltop import fmt
 from verltop.model import ActorRow, Snapshot
-from verltop.text import fmt_age
-from verltop.ui.render import bar, mem_bar
+from verltop.ui import keymap
+from verltop.ui.render import LEVEL_STYLE, bar, level, mem_bar
 
-COLUMNS = (
-    ("role", "ROLE", 17),
-    ("rank", "RANK", 5),
-    ("node", "NODE", 12),
-    ("pid", "PID", 7),
-    ("gpu", "GPU", 3),
-    ("gpu_util", "GPU UTIL", 12),
-    ("gpu_mem", "GPU MEM", 12),
-    ("cpu", "CPU%", 4),
-    ("host_mem", "HOST MEM", 12),
-    ("state", "STATE", 5),
-    ("task", "TASK", 18),
-    ("age", "AGE", 6),
-    ("why", "STALLED", 40),
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    key: str
+    label: str
+    width: int
+    compact_label: str | None = None  # bars drawn as a bare figure when space is short
+    compact_width: int | None = None
+
+
+ALL_COLUMNS = (
+    Column("role", "ROLE", 17),
+    Column("rank", "RANK", 4),
+    Column("node", "NODE", 15),
+    Column("pid", "PID", 7),
+    Column("gpu", "GPU", 3),
+    Column("gpu_util", "GPU UTIL", 12, "GPU%", 4),
+    Column("gpu_mem", "GPU MEM", 12, "GMEM", 4),
+    Column("cpu", "CPU%", 4),
+    Column("host_mem", "HOST MEM", 12, "RSS", 4),
+    Column("state", "STATE", 5),
+    Column("task", "TASK", 20),
+    Column("age", "AGE", 6),
+    Column("why", "STALLED", 14),  # takes what is left
 )
-COLUMN_KEYS = tuple(c[0] for c in COLUMNS)
-AGE = COLUMN_KEYS.index("age")
+_BY_KEY = {c.key: c for c in ALL_COLUMNS}
+GPU_COLUMNS = ("gpu", "gpu_util", "gpu_mem")
+PAD = 2  # one space each side of every cell: neighbours never touch
+SCROLLBAR = 2
+
+# How the table gives way on a narrow terminal, first step first: compact bars, narrower text, then whole
+# columns by how little they say when space is short. ROLE, RANK, TASK, AGE and STALLED always stay.
+SHRINK_STEPS: tuple[tuple[str, str | int], ...] = (
+    ("pid", "drop"),
+    ("gpu_util", "compact"),
+    ("gpu_mem", "compact"),
+    ("host_mem", "compact"),
+    ("role", 14),
+    ("task", 16),
+    ("node", "drop"),
+    ("cpu", "drop"),
+    ("gpu", "drop"),
+    ("state", "drop"),
+    ("gpu_mem", "drop"),
+    ("host_mem", "drop"),
+    ("gpu_util", "drop"),
+    ("task", 12),
+    ("role", 11),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Shown:
+    """A column as laid out now."""
+
+    key: str
+    label: str
+    width: int
+    compact: bool = False
+
+
+def fit_columns(width: int, has_gpu: bool = True, multi_node: bool = True,
+                content: dict[str, int] | None = None) -> tuple[Shown, ...]:
+    """The columns that fit ``width`` cells, as htop and nvitop do: what the cluster lacks is never shown
+    (NODE with one node, GPU columns without GPUs), text columns take the width their content needs (up to
+    their own), and the rest narrows or drops by ``SHRINK_STEPS`` until STALLED has its minimum."""
+    content = content or {}
+    cols: dict[str, Shown] = {}
+    for c in ALL_COLUMNS:
+        if (c.key in GPU_COLUMNS and not has_gpu) or (c.key == "node" and not multi_node):
+            continue
+        w = c.width
+        if c.key in content:
+            w = max(len(c.label), min(w, content[c.key]))
+        cols[c.key] = Shown(c.key, c.label, w)
+    why_min = _BY_KEY["why"].width
+
+    def used() -> int:
+        return sum(s.width + PAD for k, s in cols.items() if k != "why") + why_min + PAD + SCROLLBAR
+
+    for key, step in SHRINK_STEPS:
+        if used() <= width:
+            break
+        cur = cols.get(key)
+        if cur is None:
+            continue
+        if step == "drop":
+            del cols[key]
+        elif step == "compact":
+            c = _BY_KEY[key]
+            cols[key] = Shown(key, c.compact_label or c.label, c.compact_width or c.width, True)
+        elif isinstance(step, int) and cur.width > step:
+            cols[key] = Shown(key, cur.label, max(len(cur.label), step))
+    fixed = sum(s.width + PAD for k, s in cols.items() if k != "why")
+    cols["why"] = Shown("why", "STALLED", max(why_min, width - fixed - PAD - SCROLLBAR))
+    return tuple(cols[c.key] for c in ALL_COLUMNS if c.key in cols)
+
 
 GROUPINGS = ("group", "role", "node")
 SORTS = ("rank", "gpu", "cpu", "mem", "age")
@@ -52,30 +132,13 @@ def _bare(task: str | None, role: str) -> str | None:
     return task
 
 
-def stall_tag(st) -> str:
-    """Short form of a stall reason for the table; the full sentence is under the table and in details."""
-    r = st.reason
-    if st.rule == "median":
-        return r.split(" longer")[0].replace("running ", "") + " median"
-    if st.rule == "peers":
-        return "peers done " + r.rsplit(" ", 2)[-2] + "s" if r.endswith(" s ago") else "peers done long ago"
-    if st.rule == "age":
-        return "> " + r.split("(> ")[-1].rstrip(")")
-    if st.rule == "gpu_idle":
-        return "GPU idle"
-    if st.rule == "gpu_spin":
-        return "GPU 100% no progress"
-    if st.rule == "dead":
-        return r.split(":")[0].replace("actor ", "")
-    return st.rule
-
-
 @dataclass(frozen=True, slots=True)
 class Row:
-    """A row to show. Actor rows carry the actor; their cells are built only when drawn."""
+    """A row to show. Actor rows carry the actor; their cells are built only when drawn. Group rows are one
+    line of text across the table (name, what the group hosts, counts), never cut into columns."""
 
     key: str
-    header: tuple | None = None  # cells of a group row
+    header: Text | None = None
     actor: ActorRow | None = None
 
     @property
@@ -86,7 +149,7 @@ class Row:
         """What the cells depend on: equal signatures, equal cells (ages compare by whole seconds)."""
         a = self.actor
         if a is None:
-            return (("h", tuple(c.plain if isinstance(c, Text) else c for c in self.header or ())), None)
+            return (("h", self.header.plain if self.header is not None else ""), None)
         static = (a.role, a.roles, a.rank, a.world_size, a.node_ip, a.pid, a.gpu_index,
                   None if a.gpu_util_percent is None else round(a.gpu_util_percent),
                   None if a.gpu_mem_bytes is None else a.gpu_mem_bytes >> 20, a.gpu_mem_total_bytes,
@@ -96,45 +159,60 @@ class Row:
         # the age ticks every second; kept apart so the rest of the row is not re-rendered for it
         return (static, _int_age(a, now))
 
-    def cells(self, now: float | None = None) -> tuple:
-        return self.header if self.actor is None else actor_cells(self.actor, now)  # type: ignore[return-value]
-
 
 def _int_age(a: ActorRow, now: float | None) -> int | None:
     r = a.running_s(now) if now is not None else a.task_running_s
     return None if r is None else int(r)
 
 
-def _role_text(a: ActorRow) -> Text:
-    return Text(a.role)  # the roles a colocated worker hosts are on its group's row
+def _pct_text(v: float | None, dim: bool) -> Text:
+    if v is None:
+        return Text("N/A", style="grey50")
+    return Text("MAX" if v >= 100 else f"{v:.0f}%", style="grey50" if dim else LEVEL_STYLE[level("gpu", v)])
 
 
-def actor_cells(a: ActorRow, now: float | None = None) -> tuple:
+def _mem_text(used: int | None, total: int | None, dim: bool) -> Text:
+    if used is None:
+        return Text("-", style="grey50")
+    style = "grey50" if dim or not total else LEVEL_STYLE[level("mem", used / total * 100)]
+    return Text(fmt.size_short(used), style=style)
+
+
+def actor_cell(a: ActorRow, col: Shown, now: float | None = None) -> Text | str:
+    """One cell of an actor's row, as the column is laid out now."""
+    k = col.key
     dim = a.state != "ALIVE"
-    stalled = a.stalled
-    rank = "-" if a.rank is None else str(a.rank)  # the world size is on the group row
-    # the ROLE column already says the role: show the bare method
-    task = Text(_bare(a.task, a.role) or "-", style="bold" if stalled else "")
-    why = Text(", ".join(stall_tag(x) for x in a.stalls), style="bold red" if stalled else "")
-    cpu = "-" if a.cpu_percent is None else f"{a.cpu_percent:.0f}"
-    role = _role_text(a)
-    if stalled:
-        role.stylize("bold red")
-    return (
-        role,
-        rank,
-        a.node_ip or "-",
-        str(a.pid) if a.pid else "-",
-        "-" if a.gpu_index is None else str(a.gpu_index),
-        bar(a.gpu_util_percent, 7, "gpu", dim=dim),
-        mem_bar(a.gpu_mem_bytes, a.gpu_mem_total_bytes, 7, dim=dim),
-        cpu,
-        mem_bar(a.rss_bytes, a.host_mem_total_bytes, 7, dim=dim),
-        Text(_STATE_SHORT.get(a.state, a.state[:5]), style=_STATE_STYLE.get(a.state, "")),
-        task,
-        Text(fmt_age(a.running_s(now) if now is not None else a.task_running_s), style="bold red" if stalled else ""),
-        why,
-    )
+    if k == "role":
+        return Text(a.role, style="bold red" if a.stalled else "")
+    if k == "rank":
+        return "-" if a.rank is None else str(a.rank)  # the world size is on the group row
+    if k == "node":
+        return a.node_ip or "-"
+    if k == "pid":
+        return str(a.pid) if a.pid else "-"
+    if k == "gpu":
+        return "-" if a.gpu_index is None else str(a.gpu_index)
+    if k == "gpu_util":
+        return _pct_text(a.gpu_util_percent, dim) if col.compact else bar(a.gpu_util_percent, 7, "gpu", dim=dim)
+    if k == "gpu_mem":
+        return (_mem_text(a.gpu_mem_bytes, a.gpu_mem_total_bytes, dim) if col.compact
+                else mem_bar(a.gpu_mem_bytes, a.gpu_mem_total_bytes, 7, dim=dim))
+    if k == "cpu":
+        return "-" if a.cpu_percent is None else f"{a.cpu_percent:.0f}"
+    if k == "host_mem":
+        return (_mem_text(a.rss_bytes, a.host_mem_total_bytes, dim) if col.compact
+                else mem_bar(a.rss_bytes, a.host_mem_total_bytes, 7, dim=dim))
+    if k == "state":
+        return Text(_STATE_SHORT.get(a.state, a.state[:5]), style=_STATE_STYLE.get(a.state, ""))
+    if k == "task":
+        # the ROLE column already says the role: show the bare method
+        return Text(_bare(a.task, a.role) or "-", style="bold" if a.stalled else "")
+    if k == "age":
+        return Text(fmt.age(a.running_s(now) if now is not None else a.task_running_s),
+                    style="bold red" if a.stalled else "")
+    if k == "why":
+        return Text(", ".join(st.tag for st in a.stalls), style="bold red" if a.stalled else "")
+    return ""
 
 
 def group_of(a: ActorRow, grouping: str) -> str:
@@ -149,33 +227,28 @@ def group_of(a: ActorRow, grouping: str) -> str:
     return a.role
 
 
-def header_cells(name: str, members: list[ActorRow], grouping: str) -> tuple:
-    """A group row: the name in the first column, what the group hosts under TASK, counts at the end."""
+def header_text(name: str, members: list[ActorRow], grouping: str) -> Text:
+    """A group row: ``▼ name  roles it hosts  N ranks  S stalled  D dead``."""
     stalled = sum(1 for m in members if m.stalled)
     dead = sum(1 for m in members if m.state in ("DEAD", "RESTARTING"))
-    label = Text("▼ ", style="grey50")
-    label.append(name, style="bold cyan")
-    what = Text("")
+    t = Text("▼ ", style="grey50")
+    t.append(name, style="bold cyan")
     if grouping == "group" and members[0].worker_group:
         roles = sorted({r for m in members for r in m.roles})
-        what = Text("+".join(roles), style="cyan")
+        t.append("  " + "+".join(roles), style="cyan")
     worlds = {m.world_size for m in members if m.world_size}
     n = len(members)
     if len(worlds) == 1 and members[0].worker_group:
         w = worlds.pop()
         count = f"{n} ranks" if w == n else f"{n} of {w} ranks"
     else:
-        count = f"{n} actor{'s' if n != 1 else ''}"
-    info = Text(count, style="grey70")
+        count = fmt.plural(n, "actor")
+    t.append(f"  {count}", style="grey70")
     if stalled:
-        info.append(f"  {stalled} stalled", style="bold red")
+        t.append(f"  {stalled} stalled", style="bold red")
     if dead:
-        info.append(f"  {dead} dead", style="grey50")
-    cells = [Text("")] * len(COLUMNS)
-    cells[0] = label
-    cells[COLUMN_KEYS.index("task")] = what
-    cells[-1] = info
-    return tuple(cells)
+        t.append(f"  {dead} dead", style="grey50")
+    return t
 
 
 def _sort_value(a: ActorRow, sort: str) -> tuple:
@@ -210,9 +283,19 @@ def layout_rows(snap: Snapshot, grouping: str, sort: str, rx: re.Pattern[str] | 
     for name, members in groups.items():  # snapshot order: controller, groups, others
         if sort != "rank":
             members = sorted(members, key=lambda a: _sort_value(a, sort))
-        rows.append(Row(f"grp:{grouping}:{name}", header=header_cells(name, members, grouping)))
+        rows.append(Row(f"grp:{grouping}:{name}", header=header_text(name, members, grouping)))
         rows.extend(Row(a.actor_id, actor=a) for a in members)
     return rows
+
+
+def content_widths(snap: Snapshot) -> dict[str, int]:
+    """How wide the text columns need to be for this cluster (role names, IPs, bare task names)."""
+    out = {"role": 4, "node": 4, "task": 4}
+    for a in snap.actors:
+        out["role"] = max(out["role"], len(a.role))
+        out["node"] = max(out["node"], len(a.node_ip or "-"))
+        out["task"] = max(out["task"], len(_bare(a.task, a.role) or "-"))
+    return out
 
 
 class ActorTable(ScrollView, can_focus=True):
@@ -230,15 +313,7 @@ class ActorTable(ScrollView, can_focus=True):
     ActorTable:focus > .actor-table--cursor { background: $primary 55%; }
     ActorTable > .actor-table--group { background: $panel; }
     """
-    BINDINGS = [
-        Binding("up", "cursor_up", "Up", show=False, id="table-up"),
-        Binding("down", "cursor_down", "Down", show=False, id="table-down"),
-        Binding("pageup", "page_up", "Page up", show=False, id="table-page-up"),
-        Binding("pagedown", "page_down", "Page down", show=False, id="table-page-down"),
-        Binding("home", "first", "First", show=False, id="table-first"),
-        Binding("end", "last", "Last", show=False, id="table-last"),
-        Binding("enter", "select", "Details", show=False, id="table-select"),
-    ]
+    BINDINGS = keymap.TABLE
 
     class ActorSelected(Message):
         def __init__(self, actor_id: str) -> None:
@@ -261,9 +336,48 @@ class ActorTable(ScrollView, can_focus=True):
         self.rebuilds = 0  # times the row set or order changed
         self.cells_built = 0  # rows rendered
         self._row_console = Console(width=1000, color_system="truecolor", legacy_windows=False, force_terminal=True)
-        self._cols = list(COLUMNS)
-        self._width = sum(w + 2 for _, _, w in self._cols)
+        self._shape: tuple[bool, bool, tuple] = (True, True, ())  # has_gpu, multi_node, content widths
+        self._cols: tuple[Shown, ...] = fit_columns(200)
+        self._age = self._age_index()
+        self._width = self._cols_width()
         self.now: float | None = None
+
+    # ---------------------------------------------------------- columns
+
+    def _cols_width(self) -> int:
+        return sum(c.width + PAD for c in self._cols)
+
+    def _age_index(self) -> int:
+        return next(i for i, c in enumerate(self._cols) if c.key == "age")
+
+    @property
+    def column_keys(self) -> tuple[str, ...]:
+        return tuple(c.key for c in self._cols)
+
+    def set_shape(self, snap: Snapshot) -> None:
+        """What the cluster has decides which columns exist: GPUs on any node, more than one node, and how
+        wide its role, node and task names are."""
+        has_gpu = any(n.gpus for n in snap.nodes) or any(a.gpu_index is not None for a in snap.actors)
+        multi = len({a.node_id for a in snap.actors if a.node_id}) > 1 or len(snap.nodes) > 1
+        shape = (has_gpu, multi, tuple(sorted(content_widths(snap).items())))
+        if shape != self._shape:
+            self._shape = shape
+            self._relayout()
+
+    def _relayout(self) -> None:
+        has_gpu, multi, content = self._shape
+        cols = fit_columns(self.size.width or 200, has_gpu, multi, dict(content))
+        if cols != self._cols:
+            self._cols = cols
+            self._age = self._age_index()
+            self._width = self._cols_width()
+            self._parts.clear()
+            self._strips.clear()
+            self.virtual_size = Size(self._width, len(self._rows) + 1)
+            self.refresh()
+
+    def on_resize(self) -> None:
+        self._relayout()
 
     # ---------------------------------------------------------- data
 
@@ -320,10 +434,20 @@ class ActorTable(ScrollView, can_focus=True):
         top = int(self.scroll_offset.y)
         return top, top + max(1, self.size.height - 1)
 
-    def get_row(self, key: str) -> list[str]:
-        """The plain text of a row's cells (tests and debugging)."""
+    def cells(self, key: str) -> dict[str, str]:
+        """The plain text of a row's cells by column key, as laid out now (tests and debugging). A group
+        row is one cell, ``group``."""
         r = self._rows[self._index[key]]
-        return [c.plain if isinstance(c, Text) else str(c) for c in r.cells(self.now)]
+        if r.actor is None:
+            return {"group": r.header.plain if r.header is not None else ""}
+        out = {}
+        for c in self._cols:
+            v = actor_cell(r.actor, c, self.now)
+            out[c.key] = v.plain if isinstance(v, Text) else str(v)
+        return out
+
+    def get_row(self, key: str) -> list[str]:
+        return list(self.cells(key).values())
 
     def visible_actor_rows(self) -> list[str]:
         top, bottom = self._view()
@@ -340,14 +464,17 @@ class ActorTable(ScrollView, can_focus=True):
 
     # ---------------------------------------------------------- drawing
 
-    def _line_strip(self, cells: tuple, cols: list, r: Row, selected: bool) -> Strip:
+    def _line_strip(self, cells: list, cols: tuple[Shown, ...], r: Row, selected: bool) -> Strip:
         line = Text(no_wrap=True, overflow="crop")
-        for (_, _, width), c in zip(cols, cells, strict=True):
+        for col, c in zip(cols, cells, strict=True):
             t = c.copy() if isinstance(c, Text) else Text(str(c))
-            t.truncate(width, overflow="ellipsis", pad=True)
+            t.truncate(col.width, overflow="ellipsis", pad=True)
             line.append(" ")
             line.append_text(t)
             line.append(" ")
+        return self._finish(line, r, selected)
+
+    def _finish(self, line: Text, r: Row, selected: bool) -> Strip:
         if r.actor is None:
             line.stylize(self.get_component_rich_style("actor-table--group", partial=True))
         if selected:
@@ -357,29 +484,29 @@ class ActorTable(ScrollView, can_focus=True):
     def _render_row(self, r: Row, selected: bool) -> Strip:
         """The row's strip: the parts left and right of AGE are cached by the row's static signature, so
         the once-a-second age tick renders one cell, not thirteen."""
+        if r.actor is None:
+            line = Text(" ", no_wrap=True, overflow="ellipsis")
+            line.append_text(r.header or Text(""))
+            line.truncate(self._width, overflow="ellipsis", pad=True)
+            return self._finish(line, r, selected)
+        a = r.actor
         static, _age = r.sig(self.now)
         ck = (r.key, selected)
         cached = self._parts.get(ck)
-        cells = None
+        i = self._age
         if cached is None or cached[0] != static:
-            cells = r.cells(self.now)
             self.cells_built += 1
-            left = self._line_strip(cells[:AGE], self._cols[:AGE], r, selected)
-            right = self._line_strip(cells[AGE + 1 :], self._cols[AGE + 1 :], r, selected)
+            left = self._line_strip([actor_cell(a, c, self.now) for c in self._cols[:i]], self._cols[:i], r, selected)
+            right = self._line_strip([actor_cell(a, c, self.now) for c in self._cols[i + 1 :]], self._cols[i + 1 :],
+                                     r, selected)
             cached = self._parts[ck] = (static, left, right)
-        if r.actor is None:
-            mid_cells = ("",)
-        else:
-            stalled = r.actor.stalled
-            mid_cells = (Text(fmt_age(r.actor.running_s(self.now) if self.now is not None else r.actor.task_running_s),
-                              style="bold red" if stalled else ""),)
-        mid = self._line_strip(mid_cells, self._cols[AGE : AGE + 1], r, selected)
+        mid = self._line_strip([actor_cell(a, self._cols[i], self.now)], self._cols[i : i + 1], r, selected)
         return Strip.join([cached[1], mid, cached[2]])
 
     def _header(self) -> Strip:
         line = Text(no_wrap=True)
-        for _, label, width in self._cols:
-            line.append(" " + label.ljust(width)[:width] + " ")
+        for c in self._cols:
+            line.append(" " + c.label.ljust(c.width)[: c.width] + " ")
         line.stylize(self.get_component_rich_style("actor-table--header", partial=True))
         return Strip(list(line.render(self._row_console)), line.cell_len)
 
@@ -400,19 +527,6 @@ class ActorTable(ScrollView, can_focus=True):
                 self._sig.setdefault(r.key, r.sig(self.now))
                 strip = self._strips[key] = self._render_row(r, sel)
         return strip.crop_extend(sx, sx + width, self.rich_style)
-
-    def on_resize(self) -> None:
-        # the last column takes what is left, so nothing scrolls sideways on a wide enough terminal
-        fixed = sum(w + 2 for _, _, w in self._cols[:-1]) + 1
-        last = self._cols[-1]
-        w = max(20, self.size.width - fixed - 2)
-        if last[2] != w:
-            self._cols[-1] = (last[0], last[1], w)
-            self._parts.clear()
-            self._width = fixed + w + 2
-            self._strips.clear()
-            self.virtual_size = Size(self._width, len(self._rows) + 1)
-            self.refresh()
 
     # ---------------------------------------------------------- cursor
 
@@ -470,7 +584,7 @@ def selection_text(a: ActorRow) -> Text:
     t = Text()
     t.append(f"{a.worker_group or a.role}", style="bold")
     if a.rank is not None:
-        t.append(f" rank {a.rank}", style="bold")
+        t.append(f" rank {a.rank}" + (f"/{a.world_size}" if a.world_size else ""), style="bold")
     t.append(f"  {a.actor_name or a.actor_id[:12]}  pid {a.pid or '-'}  {a.task or 'idle'}", style="grey70")
     if a.stalled:
         t.append("  STALLED: ", style="bold red")

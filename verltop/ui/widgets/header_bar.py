@@ -1,84 +1,127 @@
-"""The header: cluster totals, the verl phase, the progress clock and the data's freshness."""
+"""The header: cluster totals, the verl phase, the progress clock and the data's freshness.
+
+Built from items that never split: on a narrow terminal an item moves to the next line whole, so nothing
+runs into its neighbour.
+"""
 
 from __future__ import annotations
 
 from rich.text import Text
 
-from verltop.model import Snapshot
-from verltop.text import fmt_age, fmt_bytes
+from verltop import fmt
+from verltop.model import Problem, Snapshot
 from verltop.ui.render import bar
 from verltop.ui.widgets.text_line import TextLine
 
+GAP = "   "
+MAX_LINES = 6
 
-def header_text(s: Snapshot | None, paused: bool, width: int = 160, first_error: str | None = None,
-                now: float | None = None) -> Text:
-    """``now`` (later than the snapshot) moves the progress clock and the data's age on."""
-    late = max(0.0, now - s.taken_at) if s is not None and now is not None else 0.0
+
+def _item(*parts: tuple[str, str]) -> Text:
     t = Text()
+    for s, style in parts:
+        t.append(s, style=style)
+    return t
+
+
+def header_items(s: Snapshot | None, paused: bool, problem: Problem | None = None, now: float | None = None
+                 ) -> list[list[Text]]:
+    """The header's items, in rows that are kept apart: identity and counts; load, phase and progress;
+    freshness and errors. ``now`` (later than the snapshot) moves the progress clock and the data's age on."""
     if s is None:
-        t.append("verltop ", style="bold")
-        t.append(first_error if first_error else "connecting to the dashboard…",
-                 style="grey70" if not first_error else "bold yellow")
-        return t
+        msg = problem.text if problem else "connecting to the dashboard…"
+        return [[_item(("verltop ", "bold"), (msg, "bold yellow" if problem else "grey70"))]]
+    late = max(0.0, now - s.taken_at) if now is not None else 0.0
     alive_nodes = [n for n in s.nodes if n.state == "ALIVE"]
     gpus = [g for n in alive_nodes for g in n.gpus]
     cpu_vals = [n.cpu_percent for n in alive_nodes if n.cpu_percent is not None]
     mem_used = sum(n.mem_used_bytes or 0 for n in alive_nodes)
     mem_total = sum(n.mem_total_bytes or 0 for n in alive_nodes)
-    t.append("verltop ", style="bold")
-    t.append(s.address, style="grey70")
-    t.append(f"   nodes {len(alive_nodes)}", style="bold")
+
+    first = [_item(("verltop ", "bold"), (s.address, "grey70"))]
+    nodes = _item((f"nodes {len(alive_nodes)}", "bold"))
     if len(alive_nodes) != len(s.nodes):
-        t.append(f" ({len(s.nodes) - len(alive_nodes)} dead)", style="red")
-    t.append(f"   GPUs {len(gpus)}", style="bold")
+        nodes.append(f" ({len(s.nodes) - len(alive_nodes)} dead)", style="red")
+    first.append(nodes)
+    g = _item((f"GPUs {len(gpus)}", "bold"))
+    utils = [x.util_percent for x in gpus if x.util_percent is not None]
+    if utils:
+        g.append(" ")
+        g.append_text(bar(sum(utils) / len(utils), 8, "gpu"))
+    first.append(g)
     if not gpus and s.gpu_note:
-        t.append(f" ({s.gpu_note})", style="grey50")
-    if gpus:
-        utils = [g.util_percent for g in gpus if g.util_percent is not None]
-        if utils:
-            t.append("  ")
-            t.append_text(bar(sum(utils) / len(utils), 8, "gpu"))
-    t.append("   actors ", style="bold")
-    t.append(str(len(s.actors)))
+        first.append(_item((f"({s.gpu_note})", "grey50")))
+    actors = _item(("actors ", "bold"), (str(len(s.actors)), ""))
     stalled = sum(1 for a in s.actors if a.stalled)
     if stalled:
-        t.append(f"  {stalled} stalled", style="bold red")
-    t.append("\n")
-    t.append("CPU ", style="bold")
-    t.append_text(bar(sum(cpu_vals) / len(cpu_vals) if cpu_vals else None, 8, "cpu"))
-    t.append("   MEM ", style="bold")
-    t.append_text(bar(mem_used / mem_total * 100 if mem_total else None, 8, "mem",
-                      label=f"{fmt_bytes(mem_used)}/{fmt_bytes(mem_total)}" if mem_total else None))
-    t.append("   phase ", style="bold")
-    t.append(s.phase or "-", style="bold magenta" if s.phase else "grey50")
-    t.append("   last progress ", style="bold")
+        actors.append(f"  {stalled} stalled", style="bold red")
+    first.append(actors)
+
+    second = [_item(("CPU ", "bold")), _item(("MEM ", "bold"))]
+    second[0].append_text(bar(sum(cpu_vals) / len(cpu_vals) if cpu_vals else None, 8, "cpu"))
+    second[1].append_text(bar(mem_used / mem_total * 100 if mem_total else None, 8, "mem",
+                              label=f"{fmt.size(mem_used)}/{fmt.size(mem_total)}" if mem_total else None))
+    second.append(_item(("phase ", "bold"), (s.phase or "-", "bold magenta" if s.phase else "grey50")))
+    prog = _item(("last progress ", "bold"))
     if s.progress_s is None:
-        t.append("-", style="grey50")
+        prog.append("-", style="grey50")
     else:
         p = s.progress_s + late
-        t.append(f"{fmt_age(p)} ago", style="bold red" if p > 60 else "green")
+        prog.append(f"{fmt.age(p)} ago", style="bold red" if p > 60 else "green")
+    second.append(prog)
     if paused:
-        t.append("   PAUSED", style="bold reverse yellow")
+        second.append(_item(("PAUSED", "bold reverse yellow")))
+
+    third: list[Text] = []
     stale = s.stale_sources(late)
-    errs = s.errors
-    if errs or stale or s.truncated:
-        t.append("\n")
-        if stale:
-            oldest = max(stale, key=lambda x: x.age_s or 0)
-            t.append(f"{oldest.name} data {fmt_age((oldest.age_s or 0) + late)} old (stale) ", style="bold yellow")
-        if errs:
-            t.append(" · ".join(errs)[: max(40, width - 30)], style="yellow")
-        if s.truncated:
-            t.append(" " + s.truncated, style="yellow")
-    return t
+    if stale:
+        oldest = max(stale, key=lambda x: x.age_s or 0)
+        third.append(_item((f"{oldest.name} data {fmt.age((oldest.age_s or 0) + late)} old (stale)", "bold yellow")))
+    third += [_item((e, "yellow")) for e in s.errors]
+    if s.truncated:
+        third.append(_item((s.truncated, "yellow")))
+    return [row for row in (first, second, third) if row]
+
+
+def flow(rows: list[list[Text]], width: int, max_lines: int = MAX_LINES) -> Text:
+    """Items into lines of at most ``width`` cells, ``GAP`` apart; an item longer than a line is cut with an
+    ellipsis. Each row of items starts a new line."""
+    lines: list[Text] = []
+    for row in rows:
+        cur: Text | None = None
+        for item in row:
+            if item.cell_len > width:
+                item = item.copy()
+                item.truncate(max(1, width), overflow="ellipsis")
+            if cur is not None and cur.cell_len + len(GAP) + item.cell_len <= width:
+                cur.append(GAP)
+                cur.append_text(item)
+                continue
+            if cur is not None:
+                lines.append(cur)
+            cur = item.copy()
+        if cur is not None:
+            lines.append(cur)
+    if len(lines) > max_lines:
+        lines = [*lines[:max_lines - 1], Text(f"… {len(lines) - max_lines + 1} more lines", style="grey50")]
+    return Text("\n").join(lines)
+
+
+def header_text(s: Snapshot | None, paused: bool, width: int = 160, problem: Problem | None = None,
+                now: float | None = None) -> Text:
+    return flow(header_items(s, paused, problem, now), max(20, width))
 
 
 class HeaderBar(TextLine):
-    """Three lines; repainted only when its text changes, never re-laid out."""
+    """As many lines as its items need at this width; repainted only when its text changes."""
 
-    def show_snapshot(self, s: Snapshot | None, paused: bool, first_error: str | None = None,
+    def show_snapshot(self, s: Snapshot | None, paused: bool, problem: Problem | None = None,
                       now: float | None = None) -> None:
-        self.show(header_text(s, paused, self.size.width or 160, first_error, now))
+        text = header_text(s, paused, self.size.width or 160, problem, now)
+        lines = text.plain.count("\n") + 1
+        if self.styles.height is None or self.styles.height.value != lines:
+            self.styles.height = lines
+        self.show(text)
         late = max(0.0, now - s.taken_at) if s is not None and now is not None else 0.0
         stale = s is not None and (bool(s.errors) or bool(s.stale_sources(late)))
         self.set_class(stale, "-stale")

@@ -1,25 +1,35 @@
-"""One poller owns time: each source on its own interval, never overlapping itself, keeping its last good
-data, its age and its last error. ``snapshot()`` joins them through the pure analysis layer.
+"""The live engine: one ``Monitor`` owns time. Each source polls on its own interval, never overlapping
+itself, keeping its last good data, its age and its last problem; a publisher joins them into a
+``Snapshot`` (the pure analysis runs in a thread) at most once per poll interval, and only when something
+changed; views subscribe. Dumps and log tails are asked of it too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from verltop.analysis import roles as R
+from verltop.analysis.dump import dump_targets
 from verltop.analysis.history import TaskHistory
 from verltop.analysis.stalls import StallSettings
 from verltop.analysis.view import ClusterData, build_snapshot, group_key, running_task_rows
-from verltop.model import Node, ProcStat, RawActor, RawTask, Snapshot, SourceStatus
+from verltop.convert import one_line
+from verltop.engine.base import Engine
+from verltop.engine.dumps import DumpJob, ProgressFn
+from verltop.model import ActorRow, Node, Problem, ProcStat, RawActor, RawTask, Snapshot, SourceStatus
 from verltop.sources import dashboard as D
 from verltop.sources.config import Endpoint
 from verltop.sources.http import DashboardClient
-from verltop.sources.local import LocalSampler, local_addresses, ray_worker_here
+from verltop.sources.local import LocalSample, LocalSampler, is_actor_process, local_addresses
+from verltop.sources.pyspy import DumpOptions
+
+log = logging.getLogger("verltop.engine")
 
 DETAIL_REFRESH_S = 30.0  # detail rows are re-read at least this often
 
@@ -37,6 +47,12 @@ class Intervals:
     timeout_s: float = 10.0
     max_node_details: int = 8  # remote /nodes/{id} calls per cycle
 
+    @classmethod
+    def every(cls, interval_s: float, timeout_s: float = 10.0) -> Intervals:
+        """Intervals for a user's ``--interval`` (node reads never faster than the agents report)."""
+        return cls(actors_s=interval_s, tasks_s=interval_s, nodes_s=max(interval_s, 15.0),
+                   node_detail_s=max(interval_s, 5.0), timeout_s=timeout_s)
+
 
 @dataclass(slots=True)
 class SourceState:
@@ -44,7 +60,7 @@ class SourceState:
     interval_s: float = 2.0
     value: Any = None
     ok_at: float | None = None
-    error: str | None = None
+    error: Problem | None = None
     tries: int = 0
     backoff_s: float = 0.0
 
@@ -64,8 +80,8 @@ class _Sources:
         return [self.actors, self.tasks, self.nodes, self.local]
 
 
-class Collector:
-    """Polls the dashboard and this machine; call ``snapshot()`` for the current joined view."""
+class Monitor(Engine):
+    """Polls the dashboard and this machine and publishes snapshots of the joined view."""
 
     def __init__(
         self,
@@ -75,8 +91,11 @@ class Collector:
         use_local: bool = True,
         use_nvml: bool = True,
         transport: str = "aiohttp",
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        super().__init__(clock)
         self.endpoint = endpoint
+        self.address = endpoint.address
         self.iv = intervals or Intervals()
         self.stall = stall or StallSettings()
         self.client = DashboardClient(endpoint, transport=transport)
@@ -91,34 +110,158 @@ class Collector:
         self._local_addrs = local_addresses() if use_local else set()
         self._tasks: list[asyncio.Task] = []
         self._detail_cursor = 0
-        self.paused = False
         self.truncated: str | None = None
         self.seeded = False
-        # set by the UI, in screen order: node details for rows on screen come first
         self._actor_cache: dict[str, RawActor] = {}
         self._actor_detail_at: float | None = None
         self._task_starts: dict[str, float] = {}
         self._task_objs: dict[str, RawTask] = {}
         self._task_detail_at: float | None = None
         self._last_task_poll: float | None = None
-        self.visible_nodes: dict[str, None] = {}
+        self._focus: dict[str, None] = {}  # node ids on screen, top first
         self._hist_free = asyncio.Event()
         self._hist_free.set()
-        # set when a poll brought something new; the UI rebuilds its view only then (plus its clock tick)
-        self.changed = True
+        self._dirty = asyncio.Event()  # a poll brought something new
+        self._dirty.set()
+        self._last_build = 0.0
+        self.snapshots_built = 0
+        self.last_build_ms = 0.0
+
+    # ---------------------------------------------------------- Engine
+
+    def set_focus(self, node_ids: Iterable[str]) -> None:
+        self._focus = dict.fromkeys(node_ids)
+
+    @property
+    def has_data(self) -> bool:
+        return self.src.actors.ok_at is not None
+
+    def connection_problem(self) -> Problem | None:
+        for s in self.src.all():
+            if s.error and s.ok_at is None and s is not self.src.local:
+                return s.error
+        return None
+
+    @property
+    def min_publish_s(self) -> float:
+        """Sources answer at different moments; join them into one snapshot per poll interval."""
+        return min(self.iv.actors_s, self.iv.tasks_s)
+
+    def start(self) -> None:
+        """One loop per source, a publisher, and the one-off history seed."""
+        loop_specs: list[tuple[Callable, Callable[[], float], SourceState | None]] = [
+            (self._poll_actors, lambda: self.iv.actors_s, self.src.actors),
+            (self._poll_tasks, lambda: self.iv.tasks_s, self.src.tasks),
+            (self._poll_nodes, lambda: self.iv.nodes_s, self.src.nodes),
+            (self._poll_node_details, lambda: self.iv.node_detail_s, None),
+        ]
+        if self.use_local:
+            loop_specs.append((self._poll_local, lambda: self.iv.local_s, self.src.local))
+        for fn, iv, st in loop_specs:
+            self._tasks.append(asyncio.create_task(self._loop(fn, iv, st), name=f"verltop-{fn.__name__}"))
+        self._tasks.append(asyncio.create_task(self._guarded(self._seed_history, self.src.tasks)))
+        self._tasks.append(asyncio.create_task(self._publisher(), name="verltop-publisher"))
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._tasks.clear()
+        await self.client.close()
+        if self.sampler:
+            await asyncio.to_thread(self.sampler.close)
+
+    def dump(self, snap: Snapshot, group: str | None, opts: DumpOptions,
+             on_progress: ProgressFn | None = None, use_logs: bool = True,
+             refresh_rows: Callable[[], Awaitable[dict[str, ActorRow]]] | None = None) -> DumpJob:
+        return DumpJob(self.client, self.local_node_ids(), dump_targets(snap.actors, group), opts, on_progress,
+                       use_logs=use_logs, refresh_rows=refresh_rows, clock=self.clock)
+
+    async def log_tail(self, actor_id: str, stream: str = "err", lines: int = 200) -> tuple[str | None, Problem | None]:
+        r = await D.fetch_log_tail(self.client, actor_id, stream, lines)
+        return (r.value, None) if r.ok else (None, r.error)
+
+    # ---------------------------------------------------------- publishing
+
+    async def _publisher(self) -> None:
+        """Rebuild when a poll brought news, at most once per ``min_publish_s``; never two at once."""
+        while True:
+            await self._dirty.wait()
+            wait = self._last_build + self.min_publish_s - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            if self.paused:
+                await asyncio.sleep(0.2)
+                continue
+            self._dirty.clear()
+            self._last_build = time.monotonic()
+            if not self.has_data:
+                continue
+            try:
+                t0 = time.perf_counter()
+                snap = await self.snapshot_async()
+                self.last_build_ms = (time.perf_counter() - t0) * 1000
+                self.snapshots_built += 1
+                self._publish(snap)
+            except Exception:
+                log.error("building a snapshot failed", exc_info=True)
+
+    async def publish_now(self) -> Snapshot | None:
+        """Build and publish a snapshot at once (tests, replays of a fixed moment)."""
+        if not self.has_data:
+            return None
+        self._dirty.clear()
+        snap = await self.snapshot_async()
+        self._publish(snap)
+        return snap
+
+    # ---------------------------------------------------------- loops
+
+    async def _loop(self, fn: Callable, interval: Callable[[], float], st: SourceState | None) -> None:
+        while True:
+            if self.paused:
+                await asyncio.sleep(0.2)
+                continue
+            await self._guarded(fn, st)
+            wait = interval()
+            if st is not None and st.backoff_s:
+                wait = max(wait, st.backoff_s)
+            await asyncio.sleep(max(0.05, wait))
+
+    async def _guarded(self, fn: Callable, st: SourceState | None) -> None:
+        """One poll. An exception (a bug, not a dashboard failure: those are values) becomes that source's
+        problem in the header, and is logged, instead of a loop that silently stops."""
+        try:
+            await fn()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            log.error("%s failed", fn.__name__, exc_info=True)
+            if st is not None:
+                st.error = Problem("internal", f"{st.name} poll failed: {e.__class__.__name__}: {one_line(e, 160)}",
+                                   "a verltop bug: see the log file")
+                st.backoff_s = min(10.0, max(2.0, st.backoff_s * 2 or 2.0))
+            self._dirty.set()
 
     # ---------------------------------------------------------- one-shot
 
-    async def poll_once(self, seed: bool = True, node_details: bool = True) -> None:
-        """Every source once, concurrently (for ``verltop snapshot``; ``dump`` skips the per-worker
-        CPU/RSS of ``node_details``, which it does not show)."""
+    async def poll_once(self, seed: bool = True, node_details: bool = True, cpu_window_s: float = 0.0) -> None:
+        """Every source once, concurrently (``verltop snapshot``; ``dump`` skips the per-worker CPU/RSS of
+        ``node_details``, which it does not show). With ``cpu_window_s``, local processes are sampled twice
+        that far apart, so CPU % measures something."""
         jobs = [self._poll_actors(), self._poll_tasks(), self._poll_nodes()]
         if seed:
             jobs.append(self._seed_history())
         await asyncio.gather(*jobs)
+        t0 = time.monotonic()
         await self._poll_local()
         if node_details:
             await self._poll_node_details(all_nodes=True)
+        if cpu_window_s > 0 and self.sampler is not None and self.src.local.value is not None:
+            await asyncio.sleep(max(0.0, cpu_window_s - (time.monotonic() - t0)))
+            await self._poll_local()
 
     async def seed_roles(self) -> None:
         """Method names of finished tasks (no times): which roles idle colocated workers host."""
@@ -154,53 +297,14 @@ class Collector:
         await self._hist_ready()
         self.hist.seed(rows)
         self.seeded = True
-
-    # ---------------------------------------------------------- loops
-
-    def start(self, on_update: Callable[[], None]) -> None:
-        """Start one loop per source; ``on_update`` is called (in the loop's task) after each poll."""
-        loop_specs = [
-            (self._poll_actors, lambda: self.iv.actors_s, self.src.actors),
-            (self._poll_tasks, lambda: self.iv.tasks_s, self.src.tasks),
-            (self._poll_nodes, lambda: self.iv.nodes_s, self.src.nodes),
-            (self._poll_node_details, lambda: self.iv.node_detail_s, None),
-        ]
-        if self.use_local:
-            loop_specs.append((self._poll_local, lambda: self.iv.local_s, self.src.local))
-        for fn, iv, st in loop_specs:
-            self._tasks.append(asyncio.create_task(self._loop(fn, iv, st, on_update)))
-        self._tasks.append(asyncio.create_task(self._seed_history()))
-
-    async def _loop(self, fn: Callable, interval: Callable[[], float], st: SourceState | None,
-                    on_update: Callable[[], None]) -> None:
-        while True:
-            if not self.paused:
-                await fn()
-                on_update()
-                wait = interval()
-                if st is not None and st.backoff_s:
-                    wait = max(wait, st.backoff_s)
-                await asyncio.sleep(max(0.05, wait))
-            else:
-                await asyncio.sleep(0.2)
-
-    async def stop(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
-        self._tasks.clear()
-        await self.client.close()
-        if self.sampler:
-            await asyncio.to_thread(self.sampler.close)
+        self._dirty.set()
 
     # ---------------------------------------------------------- individual sources
 
     def _record(self, st: SourceState, r: D.Result) -> bool:
         st.tries += 1
         if not r.unchanged or st.error is not None:
-            self.changed = True
+            self._dirty.set()
         if r.ok:
             st.value = r.value
             st.ok_at = r.taken_at
@@ -312,8 +416,8 @@ class Collector:
                          mem_total_bytes=s.mem_total_bytes, gpus=s.gpus, stats_age_s=s.stats_age_s)
             merged.append(n)
         self._record(self.src.nodes, D.Result(merged, None, ident.taken_at, ident.elapsed_s))
-        if not summary.ok:
-            self.src.nodes.error = f"node stats: {summary.error}"
+        if not summary.ok and summary.error is not None:
+            self.src.nodes.error = summary.error.with_message(f"node stats: {summary.error.message}")
 
     def candidate_local_ids(self) -> frozenset[str]:
         nodes: list[Node] = self.src.nodes.value or []
@@ -322,8 +426,10 @@ class Collector:
     def local_node_ids(self) -> frozenset[str]:
         """Nodes on this machine: address matches AND their actors' pids are Ray workers here (an IP or a
         hostname like "vm" can match another machine, and containers have their own pid namespace)."""
+        if not self.use_local:
+            return frozenset()
         cand = self.candidate_local_ids()
-        ls = self.src.local.value
+        ls: LocalSample | None = self.src.local.value
         if not cand or ls is None:
             return cand
         out = set()
@@ -331,7 +437,7 @@ class Collector:
             pids = {a.pid for a in self._actors_on({nid}) if a.pid}
             # the sample may predate these actors (nodes and actors arrive at different moments): then
             # look at a few of their pids directly
-            if not pids or pids & set(ls.procs) or any(ray_worker_here(p) for p in sorted(pids)[:3]):
+            if not pids or pids & set(ls.procs) or any(is_actor_process(p) for p in sorted(pids)[:3]):
                 out.add(nid)
         return frozenset(out)
 
@@ -341,16 +447,17 @@ class Collector:
     async def _poll_node_details(self, all_nodes: bool = False) -> None:
         """Per-worker CPU/RSS of remote nodes that host actors. Nodes whose rows are on screen come first;
         at most ``max_node_details`` requests per cycle (``all_nodes`` for one-shot snapshots)."""
-        local = self.local_node_ids() if self.use_local else frozenset()
-        wanted = sorted({a.node_id for a in self._actors_on(_all_ids(self)) if a.node_id and a.node_id not in local})
+        local = self.local_node_ids()
+        known = {n.node_id for n in (self.src.nodes.value or [])} | {a.node_id or "" for a in (self.src.actors.value or [])}
+        wanted = sorted({a.node_id for a in self._actors_on(known) if a.node_id and a.node_id not in local})
         if not wanted:
             return
         if all_nodes:
             pick = wanted
         else:
             wanted_set = set(wanted)
-            shown = [n for n in self.visible_nodes if n in wanted_set]  # screen order, top first
-            rest = [n for n in wanted if n not in self.visible_nodes]
+            shown = [n for n in self._focus if n in wanted_set]  # screen order, top first
+            rest = [n for n in wanted if n not in self._focus]
             n = max(self.iv.max_node_details, min(32, len(shown)))
             pick = shown[:n]
             if len(pick) < n and rest:
@@ -367,7 +474,7 @@ class Collector:
         for nid, r in zip(pick, results, strict=True):
             if r.ok and r.value is not None:
                 self.node_details[nid] = r.value
-                self.changed = True
+                self._dirty.set()
         for nid in [k for k in self.node_details if k not in wanted]:
             del self.node_details[nid]
 
@@ -377,14 +484,16 @@ class Collector:
         pids = {a.pid for a in self._actors_on(self.candidate_local_ids()) if a.pid}
         try:
             s = await asyncio.to_thread(self.sampler.sample, pids)
-        except Exception as e:  # noqa: BLE001 - a local sampling bug must not stop the UI
-            self._record(self.src.local, D.Result(None, f"local sampling failed: {e}", time.time()))
+        except Exception as e:
+            log.error("local sampling failed", exc_info=True)
+            self._record(self.src.local, D.Result(None, Problem("internal", f"local sampling failed: {one_line(e)}"),
+                                                  time.time()))
             return
         self._record(self.src.local, D.Result(s, None, s.taken_at))
         await self._hist_ready()
         self._note_gpu_use(s)
 
-    def _note_gpu_use(self, s: Any) -> None:
+    def _note_gpu_use(self, s: LocalSample) -> None:
         if not s.gpus:
             return
         util_by_pid: dict[int, float | None] = {}
@@ -398,12 +507,12 @@ class Collector:
     # ---------------------------------------------------------- the joined view
 
     def data(self, now: float | None = None) -> ClusterData:
-        now = time.time() if now is None else now
+        now = self.clock() if now is None else now
         nodes: list[Node] = list(self.src.nodes.value or [])
         if self.node_details:
             nodes = [_with_detail(n, self.node_details[n.node_id]) if n.node_id in self.node_details else n
                      for n in nodes]
-        ls = self.src.local.value
+        ls: LocalSample | None = self.src.local.value
         procs: dict[int, ProcStat] = ls.procs if ls else {}
         statuses = [s.status(now) for s in self.src.all() if s is not self.src.local or self.use_local]
         return ClusterData(
@@ -411,7 +520,7 @@ class Collector:
             actors=tuple(self.src.actors.value or ()),
             tasks=tuple(self.src.tasks.value or ()),
             nodes=tuple(nodes),
-            local_node_ids=self.local_node_ids() if self.use_local else frozenset(),
+            local_node_ids=self.local_node_ids(),
             local_procs=procs,
             local_gpus=ls.gpus if ls else None,
             local_gpu_error=ls.gpu_error if ls else None,
@@ -422,7 +531,7 @@ class Collector:
     async def snapshot_async(self, now: float | None = None) -> Snapshot:
         """``snapshot`` with the analysis in a worker thread; polls that would change the history wait
         for it (``_hist_ready``), so the thread never reads a history being written."""
-        now = now if now is not None else time.time()
+        now = now if now is not None else self.clock()
         data = self.data(now)
         self._hist_free.clear()
         try:
@@ -434,18 +543,12 @@ class Collector:
         await self._hist_free.wait()
 
     def snapshot(self, now: float | None = None) -> Snapshot:
-        now = now if now is not None else time.time()
+        now = now if now is not None else self.clock()
         return build_snapshot(self.data(now), self.hist, now, self.stall)
 
-    @property
-    def has_data(self) -> bool:
-        return self.src.actors.ok_at is not None
-
-    def first_error(self) -> str | None:
-        for s in self.src.all():
-            if s.error and s.ok_at is None and s is not self.src.local:
-                return s.error
-        return None
+    def rows_by_id(self, now: float | None = None) -> dict[str, ActorRow]:
+        """The current rows (fresh role names included), for a dump that learnt them while it ran."""
+        return {a.actor_id: a for a in self.snapshot(now).actors}
 
 
 def _same_or_updated(cached: RawActor, pid: int | None, node_id: str | None) -> RawActor:
@@ -454,15 +557,8 @@ def _same_or_updated(cached: RawActor, pid: int | None, node_id: str | None) -> 
     return replace(cached, pid=pid, node_id=node_id)
 
 
-def _all_ids(c: Collector) -> set[str]:
-    return {n.node_id for n in (c.src.nodes.value or [])} | {a.node_id or "" for a in (c.src.actors.value or [])}
-
-
 def _with_detail(n: Node, d: Node) -> Node:
     """A node's identity with the stats of its (fresher) /nodes/{id} read."""
     return replace(n, cpu_percent=d.cpu_percent if d.cpu_percent is not None else n.cpu_percent,
                    mem_used_bytes=d.mem_used_bytes or n.mem_used_bytes, mem_total_bytes=d.mem_total_bytes or n.mem_total_bytes,
                    gpus=d.gpus or n.gpus, stats_age_s=d.stats_age_s, procs=d.procs)
-
-
-__all__ = ["Collector", "Intervals", "RawTask"]
