@@ -20,6 +20,12 @@ FIXTURES = Path(__file__).parent / "fixtures"
 RAY_GPU = FIXTURES / "real-gpu" / "ray-gpu-cluster"
 
 
+# a state-API list with no rows, as Ray 2.60 answers it
+NO_ROWS = {"result": True, "msg": "", "data": {"result": {"total": 0, "num_after_truncation": 0, "num_filtered": 0,
+                                                          "result": [], "partial_failure_warning": "",
+                                                          "warnings": None}}}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -90,6 +96,11 @@ class ReplayDashboard:
             lines = int(req.query.get("lines", "1000"))
             text = Path(hits[0]).read_text(errors="replace").splitlines()[-lines:]
             return web.Response(text="\n".join(text) + "\n", content_type="text/plain")
+        if p == "/api/v0/placement_groups":  # captures without one were taken with every group placed
+            return self._file("api_v0_placement_groups.json") if (self.dir / "api_v0_placement_groups.json").exists() \
+                else web.json_response(NO_ROWS)
+        if p == "/api/cluster_status":
+            return self._file("api_cluster_status.json")
         if p == "/worker/traceback":
             return web.Response(status=403, text="Profiling is disabled by default for security reasons.")
         return web.Response(status=404, text="404: Not Found")

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, replace
 
 from verltop.analysis import roles as R
 from verltop.analysis.history import TaskHistory
+from verltop.analysis.pending import PendingData, build_pending, startup_stall
 from verltop.analysis.stalls import StallSettings, TaskView, stalls_for
 from verltop.model import ActorRow, Gpu, Node, ProcStat, RawActor, RawTask, Snapshot, SourceStatus
 
@@ -26,6 +27,7 @@ class ClusterData:
     local_gpu_error: str | None = None
     sources: tuple[SourceStatus, ...] = ()
     truncated: str | None = None
+    pending: PendingData = field(default_factory=PendingData)
 
 
 def group_key(ident: R.Identity, class_name: str) -> str:
@@ -87,6 +89,8 @@ def build_snapshot(
             group_methods.setdefault(group_key(idents[a.actor_id], a.class_name), set()).update(ms)
 
     group_roles = {g: R.roles_from_methods(ms) for g, ms in group_methods.items()}
+    pending = build_pending(data.pending, data.actors, data.nodes, now)
+    pending_actor = {p.id: p for p in pending if p.kind == "actor"}
     stall_memo: dict = {}
     rows: list[ActorRow] = []
     running_roles: list[tuple[str, str | None]] = []
@@ -162,8 +166,15 @@ def build_snapshot(
             fr_dump_prefix=ident.fr_dump_prefix,
             fr_pipe_prefix=ident.fr_pipe_prefix,
             task_start_s=start_s,
+            death_detail=a.death_detail,
+            num_restarts=a.num_restarts,
         )
-        if role not in _NO_STALL_ROLES or not alive:
+        startup = None if alive and not a.num_restarts else startup_stall(
+            a, pending_actor.get(a.actor_id), data.pending, now, cfg.pending_after_s, cfg.startup_after_s,
+            cfg.restart_window_s)
+        if startup is not None and not alive:
+            row = replace(row, stalls=(startup,))
+        elif role not in _NO_STALL_ROLES or not alive:
             view = TaskView(
                 actor_id=a.actor_id,
                 group=gk,
@@ -177,8 +188,10 @@ def build_snapshot(
                 death_cause=a.death_cause,
             )
             st = stalls_for(view, hist, now, cfg, stall_memo)
-            if st:
-                row = replace(row, stalls=st)
+            if st or startup is not None:
+                row = replace(row, stalls=(startup, *st) if startup is not None else st)
+        elif startup is not None:  # a controller or helper actor in a restart loop
+            row = replace(row, stalls=(startup,))
         rows.append(row)
 
     rows.sort(key=sort_key)
@@ -194,6 +207,7 @@ def build_snapshot(
         progress_s=progress,
         truncated=data.truncated,
         gpu_note=data.local_gpu_error,
+        pending=pending,
     )
 
 

@@ -22,6 +22,7 @@ from verltop.analysis.view import ClusterData, build_snapshot, group_key, runnin
 from verltop.convert import one_line
 from verltop.engine.base import Engine
 from verltop.engine.dumps import DumpJob, ProgressFn
+from verltop.engine.pending import PendingWatch
 from verltop.model import ActorRow, Node, Problem, ProcStat, RawActor, RawTask, Snapshot, SourceStatus
 from verltop.sources import dashboard as D
 from verltop.sources.config import Endpoint
@@ -105,6 +106,8 @@ class Monitor(Engine):
                        (self.src.nodes, self.iv.nodes_s), (self.src.local, self.iv.local_s)):
             st.interval_s = iv
         self.node_details: dict[str, Node] = {}
+        self.pending = PendingWatch(self.client, SourceState("pending", interval_s=max(self.iv.nodes_s, 15.0)),
+                                    self.iv.timeout_s)
         self.use_local = use_local
         self.sampler = LocalSampler(use_nvml=use_nvml) if use_local else None
         self._local_addrs = local_addresses() if use_local else set()
@@ -154,6 +157,7 @@ class Monitor(Engine):
             (self._poll_tasks, lambda: self.iv.tasks_s, self.src.tasks),
             (self._poll_nodes, lambda: self.iv.nodes_s, self.src.nodes),
             (self._poll_node_details, lambda: self.iv.node_detail_s, None),
+            (self._poll_pending, lambda: self.iv.actors_s, self.pending.state),  # it decides when to read
         ]
         if self.use_local:
             loop_specs.append((self._poll_local, lambda: self.iv.local_s, self.src.local))
@@ -251,7 +255,7 @@ class Monitor(Engine):
         """Every source once, concurrently (``verltop snapshot``; ``dump`` skips the per-worker CPU/RSS of
         ``node_details``, which it does not show). With ``cpu_window_s``, local processes are sampled twice
         that far apart, so CPU % measures something."""
-        jobs = [self._poll_actors(), self._poll_tasks(), self._poll_nodes()]
+        jobs = [self._poll_actors(), self._poll_tasks(), self._poll_nodes(), self._poll_pending(force=True)]
         if seed:
             jobs.append(self._seed_history())
         await asyncio.gather(*jobs)
@@ -301,6 +305,10 @@ class Monitor(Engine):
 
     # ---------------------------------------------------------- individual sources
 
+    async def _poll_pending(self, force: bool = False) -> None:
+        """Unplaced placement groups and waiting tasks: fast while something is pending, else slowly."""
+        await self.pending.poll(self.src.actors.value or [], self._record, force=force)
+
     def _record(self, st: SourceState, r: D.Result) -> bool:
         st.tries += 1
         if not r.unchanged or st.error is not None:
@@ -331,7 +339,9 @@ class Monitor(Engine):
                 return
             cache = self._actor_cache
             rows = basic.value or []
-            if any(aid not in cache or cache[aid].state != st for aid, st, _, _ in rows):
+            # a new pid means a restart: the detail rows carry the restart count
+            if any(aid not in cache or cache[aid].state != st or (pid and cache[aid].pid != pid)
+                   for aid, st, pid, _ in rows):
                 detail = True
             elif basic.unchanged and self.src.actors.value is not None:
                 self._record(self.src.actors, replace(basic, value=self.src.actors.value))
@@ -515,6 +525,8 @@ class Monitor(Engine):
         ls: LocalSample | None = self.src.local.value
         procs: dict[int, ProcStat] = ls.procs if ls else {}
         statuses = [s.status(now) for s in self.src.all() if s is not self.src.local or self.use_local]
+        if not self.pending.unsupported:
+            statuses.append(self.pending.state.status(now))
         return ClusterData(
             address=self.endpoint.address,
             actors=tuple(self.src.actors.value or ()),
@@ -526,6 +538,7 @@ class Monitor(Engine):
             local_gpu_error=ls.gpu_error if ls else None,
             sources=tuple(statuses),
             truncated=self.truncated,
+            pending=self.pending.data(),
         )
 
     async def snapshot_async(self, now: float | None = None) -> Snapshot:
