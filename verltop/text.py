@@ -37,7 +37,17 @@ def snapshot_text(s: Snapshot) -> str:
         ])
     table = _table(["GROUP", "ROLE", "RANK", "NODE", "PID", "GPU", "GPU%", "GMEM", "CPU%", "RSS", "STATE",
                     "TASK", "AGE", "STALL"], rows)
-    return "\n".join([*head, "", table])
+    return "\n".join([*head, *pending_text(s), "", table])
+
+
+def pending_text(s: Snapshot) -> list[str]:
+    """The PENDING section: what Ray has not placed yet, and why (nothing when nothing waits)."""
+    if not s.pending:
+        return []
+    rows = [[p.kind.replace("placement_group", "placement group"), p.name or p.id[:12], p.worker_group or "-",
+             p.scheduling_state or p.state or "-", fmt.age(p.waiting_s), p.reason] for p in s.pending]
+    return ["", "PENDING (not placed by Ray yet)",
+            *("  " + ln for ln in _table(["KIND", "NAME", "GROUP", "STATE", "WAITED", "WHY"], rows).splitlines())]
 
 
 def dump_text(r: DumpReport) -> str:
@@ -51,7 +61,8 @@ def dump_text(r: DumpReport) -> str:
     if r.suspects:
         out.append("SUSPECTS (most likely first)")
         for s in r.suspects:
-            who = f"{s.worker_group}:{s.rank}" if s.worker_group else s.actor_id[:12]
+            who = ("placement group" if s.placement_group_id else
+                   f"{s.worker_group}:{s.rank}" if s.worker_group else s.actor_id[:12])
             out.append(f"  {who}: {s.reason}")
     else:
         out.append("SUSPECTS: none (no rank stands apart from its peers)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from verltop.analysis.collectives import blocked_on, stack_key, task_thread
 from verltop.analysis.merge import equivalence_classes
 from verltop.analysis.suspects import find_suspects
-from verltop.model import ActorRow, CollectiveInfo, DumpReport, Problem, ProcessDump, RankDump
+from verltop.model import ActorRow, CollectiveInfo, DumpReport, PendingItem, Problem, ProcessDump, RankDump
 
 
 def analyse_rank(actor: ActorRow, samples: list[ProcessDump], collective: CollectiveInfo | None = None,
@@ -44,6 +44,7 @@ def analyse(
     collectives: dict[str, CollectiveInfo] | None = None,
     native: bool = False,
     notes: tuple[str, ...] = (),
+    pending: tuple[PendingItem, ...] = (),
 ) -> DumpReport:
     collectives = collectives or {}
     ranks = [analyse_rank(a, samples.get(a.actor_id, []), collectives.get(a.actor_id)) for a in actors]
@@ -52,7 +53,7 @@ def analyse(
         taken_at=taken_at,
         ranks=tuple(ranks),
         groups=equivalence_classes(ranks),
-        suspects=tuple(find_suspects(ranks)),
+        suspects=tuple(find_suspects(ranks, pending)),
         native=native,
         samples=n_samples,
         notes=notes,

@@ -5,7 +5,9 @@ Rules (a rank simply waiting with its peers is never a suspect):
 - in a worker group where most ranks wait in one collective, the ranks that are not in it;
 - ranks of one group in different collectives (a mismatch): the minority side, naming both ops;
 - a controller in ``ray.get`` points at the group it waits on: that group's ranks still running while
-  their peers finished.
+  their peers finished;
+- a placement group Ray has not placed: the controller's ``ray.get`` waits on workers that do not exist yet
+  (``analysis.pending.pending_suspects``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from collections import Counter
 
 from verltop.analysis.collectives import collective_pending, is_native
 from verltop.analysis.merge import compact_ints
-from verltop.model import RankDump, Suspect
+from verltop.analysis.pending import pending_suspects
+from verltop.model import PendingItem, RankDump, Suspect
 
 WAIT_OPS_EXCLUDED = ("ray.get", "ray.wait")
 
@@ -66,7 +69,7 @@ def _wait(rs: list[RankDump]) -> str:
     return "waits" if len(rs) == 1 else "wait"
 
 
-def find_suspects(ranks: list[RankDump]) -> list[Suspect]:
+def find_suspects(ranks: list[RankDump], pending: tuple[PendingItem, ...] = ()) -> list[Suspect]:
     groups: dict[str, list[RankDump]] = {}
     controller_waits = None
     for r in ranks:
@@ -140,9 +143,13 @@ def find_suspects(ranks: list[RankDump]) -> list[Suspect]:
                     s.score)
             for s in out
         ]
-    # one line per rank: keep its strongest reason
+    if pending:
+        b = controller_waits.blocked_on if controller_waits is not None else None
+        out += pending_suspects(pending, b.frame if b else None, controller_waits is not None)
+    # one line per rank (or placement group): keep its strongest reason
     best: dict[str, Suspect] = {}
     for s in out:
-        if s.actor_id not in best or s.score > best[s.actor_id].score:
-            best[s.actor_id] = s
+        k = s.actor_id or f"pg:{s.placement_group_id}"
+        if k not in best or s.score > best[k].score:
+            best[k] = s
     return sorted(best.values(), key=lambda s: (-s.score, s.worker_group or "", s.rank if s.rank is not None else -1))

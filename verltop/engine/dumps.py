@@ -14,7 +14,16 @@ from dataclasses import dataclass
 from verltop.analysis.dump import analyse, analyse_rank
 from verltop.analysis.flight_recorder import collective_info, match
 from verltop.convert import one_line
-from verltop.model import ActorRow, CollectiveInfo, DumpReport, FrRank, Problem, ProcessDump, RankDump
+from verltop.model import (
+    ActorRow,
+    CollectiveInfo,
+    DumpReport,
+    FrRank,
+    PendingItem,
+    Problem,
+    ProcessDump,
+    RankDump,
+)
 from verltop.sources import flight_recorder as fr
 from verltop.sources.http import DashboardClient
 from verltop.sources.pyspy import DumpOptions
@@ -50,7 +59,7 @@ class DumpJob:
     def __init__(self, client: DashboardClient | None, local_node_ids: frozenset[str], targets: list[ActorRow],
                  opts: DumpOptions, on_progress: ProgressFn | None = None, use_logs: bool = True,
                  refresh_rows: Callable[[], Awaitable[dict[str, ActorRow]]] | None = None, probe_address: str = "auto",
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, pending: tuple[PendingItem, ...] = ()) -> None:
         self.client = client
         self.local_node_ids = local_node_ids
         self.targets = targets
@@ -60,6 +69,7 @@ class DumpJob:
         self.refresh_rows = refresh_rows
         self.probe_address = probe_address
         self.clock = clock
+        self.pending = pending  # unplaced placement groups: suspects when the controller waits on them
         self.samples: dict[str, list[ProcessDump]] = {}
         self.collectives: dict[str, CollectiveInfo] = {}
         self.notes: tuple[str, ...] = ()
@@ -118,7 +128,7 @@ class DumpJob:
             self.targets = [fresh.get(a.actor_id, a) for a in self.targets]
         self.notes = tuple(dict.fromkeys((*cap.notes, *ev_notes)))
         self.report = analyse(self.targets, samples, self.clock(), self.collectives, native=self.opts.native,
-                              notes=self.notes)
+                              notes=self.notes, pending=self.pending)
         self.elapsed_s = time.perf_counter() - self.started
         self._emit("done", self.total)
         return self.report
@@ -149,7 +159,7 @@ class DumpJob:
         self.collectives = {**self.collectives, **fr_infos(states)}
         self.notes = tuple(dict.fromkeys((*self.notes, *fr_findings(self.targets, states), *notes)))
         self.report = analyse(self.targets, self.samples, self.clock(), self.collectives, native=self.opts.native,
-                              notes=self.notes)
+                              notes=self.notes, pending=self.pending)
         return self.report, notes
 
 

@@ -159,6 +159,7 @@ async def fetch_pending_tasks(client: DashboardClient, timeout_s: float = 10.0, 
     """Tasks (and actor creations) waiting for a node: state PENDING_NODE_ASSIGNMENT, with their demand."""
     def p(doc: Any, now: float) -> tuple[Any, str | None]:
         rows, lr = parse_pending.pending_tasks(doc)
+        rows = [t for t in rows if t.state == "PENDING_NODE_ASSIGNMENT"]  # the filter ran in GCS; be sure
         return rows, (f"{lr.total} tasks wait for a node; the first {limit} are shown"
                       if lr.total is not None and lr.total > len(rows) else lr.warning)
 

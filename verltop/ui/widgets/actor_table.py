@@ -14,9 +14,10 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from verltop import fmt
-from verltop.model import ActorRow, Snapshot
+from verltop.model import ActorRow, PendingItem, Snapshot
 from verltop.ui import keymap
 from verltop.ui.render import LEVEL_STYLE, bar, level, mem_bar
+from verltop.ui.widgets import pending_rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +141,7 @@ class Row:
     key: str
     header: Text | None = None
     actor: ActorRow | None = None
+    pending: PendingItem | None = None  # a line of the "pending" group (ui/widgets/pending_rows.py)
 
     @property
     def actor_id(self) -> str | None:
@@ -148,6 +150,8 @@ class Row:
     def sig(self, now: float | None = None) -> tuple:
         """What the cells depend on: equal signatures, equal cells (ages compare by whole seconds)."""
         a = self.actor
+        if self.pending is not None:
+            return (("p", pending_rows.sig(self.pending, now)), None)
         if a is None:
             return (("h", self.header.plain if self.header is not None else ""), None)
         static = (a.role, a.roles, a.rank, a.world_size, a.node_ip, a.pid, a.gpu_index,
@@ -280,6 +284,10 @@ def layout_rows(snap: Snapshot, grouping: str, sort: str, rx: re.Pattern[str] | 
         if matches(a, rx, invert):
             groups.setdefault(group_of(a, grouping), []).append(a)
     rows: list[Row] = []
+    if snap.pending:  # what Ray has not placed yet comes first: it is why nothing else moves
+        shown = [p for p in pending_rows.listed(snap) if pending_rows.matches(p, rx, invert)]
+        rows.append(Row(pending_rows.GROUP_KEY, header=pending_rows.header(snap)))
+        rows.extend(Row(pending_rows.key_of(p), pending=p) for p in shown)
     for name, members in groups.items():  # snapshot order: controller, groups, others
         if sort != "rank":
             members = sorted(members, key=lambda a: _sort_value(a, sort))
@@ -438,6 +446,8 @@ class ActorTable(ScrollView, can_focus=True):
         """The plain text of a row's cells by column key, as laid out now (tests and debugging). A group
         row is one cell, ``group``."""
         r = self._rows[self._index[key]]
+        if r.pending is not None:
+            return {"pending": pending_rows.line(r.pending, self.now).plain}
         if r.actor is None:
             return {"group": r.header.plain if r.header is not None else ""}
         out = {}
@@ -460,7 +470,12 @@ class ActorTable(ScrollView, can_focus=True):
 
     def selected_actor(self) -> str | None:
         k = self.selected_key()
-        return None if k is None or k.startswith("grp:") else k
+        return None if k is None or k.startswith(("grp:", pending_rows.KEY_PREFIX)) else k
+
+    def selected_pending(self) -> PendingItem | None:
+        if not self._rows or not 0 <= self.cursor_row < len(self._rows):
+            return None
+        return self._rows[self.cursor_row].pending
 
     # ---------------------------------------------------------- drawing
 
@@ -475,7 +490,7 @@ class ActorTable(ScrollView, can_focus=True):
         return self._finish(line, r, selected)
 
     def _finish(self, line: Text, r: Row, selected: bool) -> Strip:
-        if r.actor is None:
+        if r.actor is None and r.pending is None:
             line.stylize(self.get_component_rich_style("actor-table--group", partial=True))
         if selected:
             line.stylize(self.get_component_rich_style("actor-table--cursor", partial=True))
@@ -486,7 +501,7 @@ class ActorTable(ScrollView, can_focus=True):
         the once-a-second age tick renders one cell, not thirteen."""
         if r.actor is None:
             line = Text(" ", no_wrap=True, overflow="ellipsis")
-            line.append_text(r.header or Text(""))
+            line.append_text(pending_rows.line(r.pending, self.now) if r.pending is not None else r.header or Text(""))
             line.truncate(self._width, overflow="ellipsis", pad=True)
             return self._finish(line, r, selected)
         a = r.actor
@@ -564,6 +579,8 @@ class ActorTable(ScrollView, can_focus=True):
         k = self.selected_actor()
         if k:
             self.post_message(self.ActorSelected(k))
+        elif self.selected_pending() is not None:
+            self.post_message(self.ActorSelected(self.selected_key() or ""))
 
     def on_click(self, event: events.Click) -> None:
         if event.y == 0:
