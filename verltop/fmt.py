@@ -188,11 +188,13 @@ def capacity(c: Capacity, scheduling_state: str | None = None) -> str:
     res = c.resource
     where = "node" if c.nodes <= 1 else "largest node" if c.verdict == "infeasible" else "freest node"
     free = f", {amount(res, c.node_free)} free" if c.node_free is not None else ""
+    if c.taken:
+        free += f", {amount(res, c.taken)} of it for the bundles before"
     node = f" ({where} {c.node_ip or '?'}: {amount(res, c.node_total)} {res}{free})" if c.node_total is not None else ""
     need = f"{amount(res, c.need)} {res}"
     for_ = " for all bundles together" if c.per == "node" else f" for bundle {c.bundle}" if c.bundle else ""
     if c.verdict == "infeasible":
-        return f"no node has {need}{' left' if c.bundle and c.bundle > 1 else ''}{for_}{node}"
+        return f"no node has {need}{' left' if c.taken else ''}{for_}{node}"
     if c.verdict == "busy":
         return f"no node has {need} free{for_}{node}"
     return f"room for {need}{node}; Ray: {scheduling_state or 'pending'}"

@@ -340,6 +340,7 @@ class Capacity:
     # place) | "nodes" (STRICT_SPREAD: ``need`` nodes; ``node_total``/``node_free`` count those that could / can)
     per: str = "node"
     bundle: int | None = None
+    taken: float | None = None  # per "bundle": how much of ``resource`` the bundles before it take on that node
 
     def to_json(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "resource": self.resource, "need": self.need, "node_ip": self.node_ip,

@@ -119,7 +119,8 @@ def _sum(bundles: Sequence[Resources]) -> Resources:
     return tuple(sorted(acc.items()))
 
 
-_Hit = tuple[NodeCap, str | None, float | None, int | None]  # node, resource, need, bundle number
+# node, resource, need, bundle number, what the bundles before it take there
+_Hit = tuple[NodeCap, str | None, float | None, int | None, float | None]
 
 
 def _closest(need: Resources, caps: list[NodeCap], have: list[dict[str, float]]) -> tuple[int, str | None]:
@@ -139,7 +140,7 @@ def _check(bundles: Sequence[Resources], strategy: str | None, caps: list[NodeCa
         if any(_fits(need, h) for h in have):
             return None
         i, r = _closest(need, pool, have)
-        return pool[i], r, dict(need).get(r or ""), None
+        return pool[i], r, dict(need).get(r or ""), None, None
     if strategy == "STRICT_SPREAD":
         big = max(bundles, key=lambda b: sum(v for _, v in b))
         ok = sum(1 for h in have if _fits(big, h))
@@ -149,7 +150,9 @@ def _check(bundles: Sequence[Resources], strategy: str | None, caps: list[NodeCa
         j = next((j for j, h in enumerate(have) if _fits(b, h)), None)
         if j is None:
             i, r = _closest(b, pool, have)
-            return pool[i], r, dict(b).get(r or ""), k
+            start = pool[i].free if use_free and pool[i].free is not None else pool[i].total
+            taken = _get(start, r) - _get(have[i], r) if r else None
+            return pool[i], r, dict(b).get(r or ""), k, taken or None
         for r, v in b:
             key = r if r in have[j] else camel(r)
             have[j][key] = _get(have[j], r) - v
@@ -175,13 +178,14 @@ def capacity_of(bundles: Sequence[Resources], strategy: str | None, caps: list[N
         have = free[0] if isinstance(free, tuple) and len(free) == 2 else (len(bundles) if known_free else None)
         return Capacity(verdict, need=float(len(bundles)), node_total=float(could),
                         node_free=None if have is None else float(have), nodes=n, per="nodes")
-    if not isinstance(hit, tuple) or len(hit) != 4:
+    if not isinstance(hit, tuple) or len(hit) != 5:
         return Capacity(verdict, nodes=n, per="node" if strategy == "STRICT_PACK" else "bundle")
-    node, r, need, k = hit
+    node, r, need, k, taken = hit
     return Capacity(verdict, resource=r, need=need, node_ip=node.ip,
                     node_total=_get(node.total, r) if r else None,
                     node_free=_get(node.free, r) if r and node.free is not None else None, nodes=n,
-                    per="node" if strategy == "STRICT_PACK" else "bundle", bundle=k if len(bundles) > 1 else None)
+                    per="node" if strategy == "STRICT_PACK" else "bundle", bundle=k if len(bundles) > 1 else None,
+                    taken=taken)
 
 
 # ---------------------------------------------------------------- items

@@ -99,7 +99,7 @@ class PendingWatch:
             return True
         if not record(self.state, pgs):
             return True
-        self.pgs = tuple(pgs.value or ())
+        self.pgs = tuple(p for p in pgs.value or () if p.state in UNPLACED_PG_STATES)
         self.tasks = tuple(tasks.value or ()) if tasks.ok else ()
         pending_actors = [a for a in actors if a.state in PENDING_ACTOR_STATES]
         if self.pgs or self.tasks or pending_actors:

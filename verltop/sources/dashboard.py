@@ -159,9 +159,9 @@ async def fetch_pending_tasks(client: DashboardClient, timeout_s: float = 10.0, 
     """Tasks (and actor creations) waiting for a node: state PENDING_NODE_ASSIGNMENT, with their demand."""
     def p(doc: Any, now: float) -> tuple[Any, str | None]:
         rows, lr = parse_pending.pending_tasks(doc)
-        rows = [t for t in rows if t.state == "PENDING_NODE_ASSIGNMENT"]  # the filter ran in GCS; be sure
-        return rows, (f"{lr.total} tasks wait for a node; the first {limit} are shown"
-                      if lr.total is not None and lr.total > len(rows) else lr.warning)
+        note = (f"{lr.total} tasks wait for a node; the first {len(rows)} are shown"
+                if lr.total is not None and lr.total > len(rows) else lr.warning)
+        return [t for t in rows if t.state == "PENDING_NODE_ASSIGNMENT"], note  # the filter ran in GCS; be sure
 
     params = _list_params(timeout_s, True, limit) + _filters(("state", "=", "PENDING_NODE_ASSIGNMENT"))
     return await _get_parsed(client, "/api/v0/tasks", params, timeout_s + 2, p, memo_key="pending_tasks")
