@@ -51,3 +51,17 @@ def test_snapshot_text_says_why_actors_cannot_start():
     assert doc["pending"] == []
     rules = {a["actor_name"]: a["stalls"][0]["rule"] for a in doc["actors"]}
     assert rules["pip_fail_actor"] == rules["import_error_actor"] == "cannot_start"
+
+
+def test_without_the_autoscalers_status_the_node_totals_still_speak():
+    """Autoscaler v2 clusters (and the first seconds of any) have no status: no strategy, no free counts;
+    the reason still holds the demand against each node's total, and Ray's verdict."""
+    from aiohttp import web
+
+    with ReplayDashboard(case=FIX / "infeasible", phase="hung") as d:
+        d.hooks["/api/cluster_status"] = lambda req: web.json_response(
+            {"result": True, "msg": "", "data": {"autoscalingStatus": None, "clusterStatus": None}})
+        doc = json.loads(run("--address", d.url, "snapshot", "--json", "--no-local").stdout)
+    pg = doc["pending"][0]
+    assert pg["strategy"] is None and doc["source"]["errors"] == []
+    assert pg["reason"] == "2 bundles × {CPU: 10}: no node has 10 CPU for even one bundle (node 192.0.2.2: 4 CPU) — infeasible"

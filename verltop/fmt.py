@@ -192,7 +192,8 @@ def capacity(c: Capacity, scheduling_state: str | None = None) -> str:
         free += f", {amount(res, c.taken)} of it for the bundles before"
     node = f" ({where} {c.node_ip or '?'}: {amount(res, c.node_total)} {res}{free})" if c.node_total is not None else ""
     need = f"{amount(res, c.need)} {res}"
-    for_ = " for all bundles together" if c.per == "node" else f" for bundle {c.bundle}" if c.bundle else ""
+    for_ = (" for all bundles together" if c.per == "node" else " for even one bundle" if c.bundle == 1
+            else f" for bundle {c.bundle}" if c.bundle else "")
     if c.verdict == "infeasible":
         return f"no node has {need}{' left' if c.taken else ''}{for_}{node}"
     if c.verdict == "busy":

@@ -423,7 +423,8 @@ class Monitor(Engine):
             if s is not None:
                 n = Node(node_id=n.node_id, ip=n.ip or s.ip, hostname=s.hostname or n.hostname, state=n.state,
                          is_head=n.is_head, cpu_percent=s.cpu_percent, mem_used_bytes=s.mem_used_bytes,
-                         mem_total_bytes=s.mem_total_bytes, gpus=s.gpus, stats_age_s=s.stats_age_s)
+                         mem_total_bytes=s.mem_total_bytes, gpus=s.gpus, stats_age_s=s.stats_age_s,
+                         resources_total=n.resources_total)
             merged.append(n)
         self._record(self.src.nodes, D.Result(merged, None, ident.taken_at, ident.elapsed_s))
         if not summary.ok and summary.error is not None:

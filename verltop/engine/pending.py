@@ -55,6 +55,8 @@ class PendingWatch:
         self.restarted_at: dict[str, float] = {}
         self.last_cause: dict[str, str] = {}
         self._dead_incarnations: list[tuple[str, int, str]] = []  # (actor, old pid, node) to read
+        self._observed: Sequence[RawActor] | None = None
+        self._busy_for: tuple[Sequence[RawActor] | None, bool] = (None, False)
 
     # ---------------------------------------------------------- when
 
@@ -62,11 +64,18 @@ class PendingWatch:
         """Anything pending, by what is already known (no request)?"""
         if any(p.state in UNPLACED_PG_STATES for p in self.pgs) or self.tasks or self._dead_incarnations:
             return True
+        if actors is self._busy_for[0]:  # the monitor keeps the same list while nothing changed
+            return self._busy_for[1]
+        self._busy_for = (actors, self._actors_busy(actors))
+        return self._busy_for[1]
+
+    @staticmethod
+    def _actors_busy(actors: Sequence[RawActor]) -> bool:
         controller = workers = False
         for a in actors:
             if a.state in PENDING_ACTOR_STATES or a.state == "RESTARTING":
                 return True
-            if a.state == "ALIVE":
+            if a.state == "ALIVE" and not workers:
                 if R.base_role(a.class_name, a.name) == "controller":
                     controller = True
                 elif R.identity(a).worker_group:
@@ -123,6 +132,9 @@ class PendingWatch:
 
     def observe_restarts(self, actors: Sequence[RawActor], now: float) -> None:
         """Note restart counts that rose, and the incarnation (pid, node) that ended."""
+        if actors is self._observed:
+            return
+        self._observed = actors
         seen = {}
         for a in actors:
             n = a.num_restarts or 0
