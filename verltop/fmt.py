@@ -116,8 +116,8 @@ def stall_tag(st: Stall) -> str:
     r = st.rule
     if r == "dead":
         return (st.state or "DEAD") + (f" after {st.restarts} restarts" if st.restarts else "")
-    if r == "cannot_start":
-        return "cannot start"
+    if r == "cannot_start":  # the cause is the point: the cell's width cuts it, the line below has it all
+        return f"cannot start: {st.cause}" if st.cause else "cannot start"
     if r == "restarting":
         return f"restarted {st.restarts or 0}×"
     if r == "pending":

@@ -207,7 +207,8 @@ def test_actor_rows_say_why_they_cannot_start():
     assert st["pip_fail_actor"].reason == ("cannot start: ERROR: No matching distribution found for "
                                            "this-package-does-not-exist-xyz==9.9")
     assert st["conda_fail_actor"].reason == "cannot start: ValueError: Could not find Conda executable at conda."
-    assert st["import_error_actor"].tag == "cannot start"
+    assert st["import_error_actor"].tag == ("cannot start: ModuleNotFoundError: No module named "
+                                            "'this_module_does_not_exist_xyz'")
     assert "No module named 'this_module_does_not_exist_xyz'" in st["import_error_actor"].reason
     assert st["raise_in_init_restarts_actor"].cause == "ValueError: boom in __init__ (max_restarts=2)"
     loop = st["restart_loop_actor"]

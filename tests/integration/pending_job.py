@@ -90,6 +90,7 @@ class Host:
             return {"actor_id": a._actor_id.hex()}
         if op == "hold":
             self.hold = _group("hold", [2], 1)
+            self.hold[1].ping()  # verl returns before its workers run; wait until they do
             return {"workers": self.hold[1].worker_names}
         if op == "job2":
             for p in (self.flag, self.flag.with_suffix(".exit")):

@@ -139,6 +139,7 @@ def test_unplaceable_pool_and_broken_env(pending_cluster: PendingCluster) -> Non
     assert a["stall_reason"] == "cannot start: ValueError: Could not find Conda executable at conda."
     text = c.verltop("snapshot").stdout
     assert "PENDING (not placed by Ray yet)" in text and "bigverl_group_2:0" in text
+    assert "STALLED: cannot start: ValueError: Could not find Conda executable at conda." in text
     # no worker exists yet: dump names what holds the job up instead of "nothing to dump"
     d = c.verltop("dump")
     assert d.returncode == 2 and "bigverl_group_2:0" in d.stderr and "infeasible" in d.stderr, d.stderr
