@@ -60,6 +60,9 @@ def _shared(p: argparse.ArgumentParser, sub: bool = True) -> None:
     p.add_argument("--stall-after", type=_positive, metavar="S", **d,
                    help="call a task stalled after this many seconds (default 300)")
     p.add_argument("--no-local", action="store_true", **d, help="do not read this machine's processes and GPUs")
+    p.add_argument("--ras-addr", metavar="HOST:PORT", action="append", **d,
+                   help="NCCL RAS address of a job on this machine (repeatable; default: each rank's NCCL_RAS_ADDR, "
+                        "else localhost:28028)")
     p.add_argument("--log-file", metavar="FILE", **d,
                    help="where the TUI logs its own problems (default ~/.local/state/verltop/verltop.log)")
 
@@ -151,7 +154,8 @@ def _monitor(args: argparse.Namespace) -> Any:
 
     iv, st = _settings(args)
     # one-shot commands: the stdlib HTTP client (aiohttp's import alone is a third of a dump)
-    return Monitor(resolve(args.address), iv, st, use_local=not args.no_local, transport="stdlib")
+    return Monitor(resolve(args.address), iv, st, use_local=not args.no_local, transport="stdlib",
+                   ras_addrs=tuple(args.ras_addr or ()))
 
 
 async def _first_poll(mon: Any, seed: bool, node_details: bool = True, cpu_window_s: float = 0.0) -> None:
@@ -248,7 +252,8 @@ def _tui(args: argparse.Namespace, demo: Any = None) -> int:
 
     iv, st = _settings(args)
     logsetup.to_file(args.log_file)
-    app = VerltopApp(Monitor(resolve(args.address), iv, st, use_local=not args.no_local), demo=demo)
+    app = VerltopApp(Monitor(resolve(args.address), iv, st, use_local=not args.no_local,
+                             ras_addrs=tuple(args.ras_addr or ())), demo=demo)
     app.run()
     return app.return_code or 0
 

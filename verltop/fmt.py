@@ -99,6 +99,13 @@ def stall_reason(st: Stall) -> str:
         return f"GPU idle for the whole task ({duration(st.running_s)})"
     if r == "gpu_spin":
         return "GPU 100 % without progress: likely waiting in an NCCL collective"
+    if r == "ras":
+        if st.state == "missing":
+            return "NCCL RAS: its process does not answer (stopped, hung in the kernel or gone)"
+        if st.state == "mismatch":
+            return f"NCCL RAS: it issued {st.op} while its peers issued {st.cause}: different collectives"
+        return (f"NCCL RAS: it enqueued {st.count} {st.op}, its peers {st.expected}: it never reached "
+                f"{st.op} #{st.expected}")
     return r
 
 
@@ -117,4 +124,7 @@ def stall_tag(st: Stall) -> str:
         return "GPU idle"
     if r == "gpu_spin":
         return "GPU 100% no progress"
+    if r == "ras":
+        return {"missing": "RAS: not answering", "mismatch": "RAS: op mismatch"}.get(st.state or "",
+                                                                                    f"RAS: behind in {st.op}")
     return r

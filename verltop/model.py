@@ -142,8 +142,11 @@ class Stall:
     limit_s: float | None = None  # rule "age": --stall-after; rule "median": the limit that was passed
     peers: int | None = None  # rule "peers": how many peers finished this method since this task started
     peers_done_s: float | None = None  # rule "peers": seconds since the last of them finished
-    state: str | None = None  # rule "dead": DEAD | RESTARTING
-    cause: str | None = None  # rule "dead": Ray's death cause
+    state: str | None = None  # rule "dead": DEAD | RESTARTING; rule "ras": behind | mismatch | missing
+    cause: str | None = None  # rule "dead": Ray's death cause; rule "ras" mismatch: the peers' collective
+    op: str | None = None  # rule "ras": the collective type (NCCL's name, e.g. AllReduce)
+    count: int | None = None  # rule "ras": how many of them this rank enqueued
+    expected: int | None = None  # rule "ras": how many its peers enqueued
 
     @property
     def reason(self) -> str:
@@ -157,7 +160,8 @@ class Stall:
         return {"rule": self.rule, "running_s": _round(self.running_s), "method": self.method,
                 "median_s": _round(self.median_s), "ratio": _round(self.ratio), "limit_s": _round(self.limit_s),
                 "peers": self.peers, "peers_done_s": _round(self.peers_done_s), "state": self.state,
-                "cause": self.cause, "reason": self.reason}
+                "cause": self.cause, "op": self.op, "count": self.count, "expected": self.expected,
+                "reason": self.reason}
 
 
 @dataclass(slots=True, eq=True)
@@ -197,7 +201,8 @@ class ActorRow:
     # name, TORCH_NCCL_DEBUG_INFO_PIPE_FILE); paths only, never shown with other env values
     fr_dump_prefix: str | None = None
     fr_pipe_prefix: str | None = None
-    task_start_s: float | None = None  # lets a view tick ages without a new snapshot
+    task_start_s: float | None = None
+    ras_addr: str | None = None  # NCCL_RAS_ADDR from the runtime env (where this rank's RAS thread listens)  # lets a view tick ages without a new snapshot
 
     def running_s(self, now: float) -> float | None:
         """Task age at ``now`` (the table ticks every second between snapshots)."""
@@ -501,3 +506,48 @@ class FrRank:
 
 def _round(v: float | None) -> float | None:
     return None if v is None else round(v, 3)
+
+
+# ---------------------------------------------------------------- NCCL RAS
+
+
+@dataclass(frozen=True, slots=True)
+class RasRank:
+    """One rank of a communicator as NCCL's RAS reports it (answering, or missing)."""
+
+    rank: int | None
+    host: str | None
+    pid: int | None
+    cuda_dev: int | None
+    counts: tuple[tuple[str, int], ...] = ()  # collective type → operations enqueued ("AllReduce", 6)
+    missing: bool = False  # listed under missing ranks: its process did not answer
+    unresponsive: bool | None = None
+    considered_dead: bool | None = None
+    abort: bool | None = None  # the communicator was aborted in this rank
+    async_error: int | None = None
+
+    def count(self, op: str) -> int | None:
+        for k, v in self.counts:
+            if k == op:
+                return v
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class RasComm:
+    """One NCCL communicator: its ranks that answered and the ones that did not."""
+
+    hash: str
+    size: int | None
+    ranks: tuple[RasRank, ...]
+    missing: tuple[RasRank, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RasReport:
+    """One RAS status answer (all communicators of every NCCL process of the job that one RAS thread knows)."""
+
+    nccl_version: str | None
+    comms: tuple[RasComm, ...]
+    missing_processes: tuple[tuple[int | None, str | None], ...] = ()  # (pid, host) of job processes not answering
+    source: str = "json"  # "json" | "text"

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+from verltop.analysis import ras as RAS
 from verltop.analysis.collectives import blocked_on, stack_key, task_thread
 from verltop.analysis.merge import equivalence_classes
 from verltop.analysis.suspects import find_suspects
-from verltop.model import ActorRow, CollectiveInfo, DumpReport, Problem, ProcessDump, RankDump
+from verltop.model import (
+    ActorRow,
+    CollectiveInfo,
+    DumpReport,
+    Problem,
+    ProcessDump,
+    RankDump,
+    RasReport,
+    Suspect,
+)
 
 
 def analyse_rank(actor: ActorRow, samples: list[ProcessDump], collective: CollectiveInfo | None = None,
@@ -44,19 +54,38 @@ def analyse(
     collectives: dict[str, CollectiveInfo] | None = None,
     native: bool = False,
     notes: tuple[str, ...] = (),
+    ras: RasReport | None = None,
 ) -> DumpReport:
+    """The report of a dump. ``ras``: NCCL RAS's view of the communicators at dump time (its lagging and
+    missing ranks become suspects too, and its findings notes)."""
     collectives = collectives or {}
     ranks = [analyse_rank(a, samples.get(a.actor_id, []), collectives.get(a.actor_id)) for a in actors]
     n_samples = max((len(v) for v in samples.values()), default=0)
+    found = RAS.findings(ras) if ras is not None else []
+    if found:
+        notes = tuple(dict.fromkeys((*notes, *RAS.summary(found))))
     return DumpReport(
         taken_at=taken_at,
         ranks=tuple(ranks),
         groups=equivalence_classes(ranks),
-        suspects=tuple(find_suspects(ranks)),
+        suspects=tuple(merge_suspects(find_suspects(ranks), RAS.suspects(found, ranks))),
         native=native,
         samples=n_samples,
         notes=notes,
     )
+
+
+def merge_suspects(stacks: list[Suspect], ras: list[Suspect]) -> list[Suspect]:
+    """One line per rank, strongest first: where the stacks and RAS agree, both reasons are given."""
+    by_id = {s.actor_id: s for s in stacks}
+    for r in ras:
+        s = by_id.get(r.actor_id)
+        if s is None:
+            by_id[r.actor_id] = r
+        else:
+            by_id[r.actor_id] = Suspect(s.actor_id, s.worker_group, s.rank, f"{s.reason}; {r.reason}",
+                                        max(s.score, r.score))
+    return sorted(by_id.values(), key=lambda s: (-s.score, s.worker_group or "", s.rank if s.rank is not None else -1))
 
 
 def dump_targets(actors: tuple[ActorRow, ...] | list[ActorRow], group: str | None = None) -> list[ActorRow]:

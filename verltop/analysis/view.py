@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from verltop.analysis import ras as RAS
 from verltop.analysis import roles as R
 from verltop.analysis.history import TaskHistory
 from verltop.analysis.stalls import StallSettings, TaskView, stalls_for
-from verltop.model import ActorRow, Gpu, Node, ProcStat, RawActor, RawTask, Snapshot, SourceStatus
+from verltop.model import ActorRow, Gpu, Node, ProcStat, RasReport, RawActor, RawTask, Snapshot, SourceStatus
 
 _NO_STALL_ROLES = ("controller", "other")
 
@@ -26,6 +27,7 @@ class ClusterData:
     local_gpu_error: str | None = None
     sources: tuple[SourceStatus, ...] = ()
     truncated: str | None = None
+    ras: RasReport | None = None  # NCCL RAS, read while a stall is suspected
 
 
 def group_key(ident: R.Identity, class_name: str) -> str:
@@ -162,6 +164,7 @@ def build_snapshot(
             fr_dump_prefix=ident.fr_dump_prefix,
             fr_pipe_prefix=ident.fr_pipe_prefix,
             task_start_s=start_s,
+            ras_addr=ident.ras_addr,
         )
         if role not in _NO_STALL_ROLES or not alive:
             view = TaskView(
@@ -181,6 +184,11 @@ def build_snapshot(
                 row = replace(row, stalls=st)
         rows.append(row)
 
+    if data.ras is not None:
+        by_actor = RAS.stalls(data.ras, [r for r in rows if r.state == "ALIVE"])
+        if by_actor:
+            rows = [replace(r, stalls=(by_actor[r.actor_id], *r.stalls)) if r.actor_id in by_actor else r
+                    for r in rows]
     rows.sort(key=sort_key)
     progress = now - hist.last_finish_s if hist.last_finish_s is not None else None
     merged_nodes = _local_gpus_into_nodes(data)

@@ -14,7 +14,17 @@ from dataclasses import dataclass
 from verltop.analysis.dump import analyse, analyse_rank
 from verltop.analysis.flight_recorder import collective_info, match
 from verltop.convert import one_line
-from verltop.model import ActorRow, CollectiveInfo, DumpReport, FrRank, Problem, ProcessDump, RankDump
+from verltop.engine import nccl_ras
+from verltop.model import (
+    ActorRow,
+    CollectiveInfo,
+    DumpReport,
+    FrRank,
+    Problem,
+    ProcessDump,
+    RankDump,
+    RasReport,
+)
 from verltop.sources import flight_recorder as fr
 from verltop.sources.http import DashboardClient
 from verltop.sources.pyspy import DumpOptions
@@ -50,7 +60,7 @@ class DumpJob:
     def __init__(self, client: DashboardClient | None, local_node_ids: frozenset[str], targets: list[ActorRow],
                  opts: DumpOptions, on_progress: ProgressFn | None = None, use_logs: bool = True,
                  refresh_rows: Callable[[], Awaitable[dict[str, ActorRow]]] | None = None, probe_address: str = "auto",
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, ras_addrs: list[tuple[str, int]] | None = None) -> None:
         self.client = client
         self.local_node_ids = local_node_ids
         self.targets = targets
@@ -60,6 +70,8 @@ class DumpJob:
         self.refresh_rows = refresh_rows
         self.probe_address = probe_address
         self.clock = clock
+        self.ras_addrs = ras_addrs or []
+        self.ras: RasReport | None = None
         self.samples: dict[str, list[ProcessDump]] = {}
         self.collectives: dict[str, CollectiveInfo] = {}
         self.notes: tuple[str, ...] = ()
@@ -109,6 +121,8 @@ class DumpJob:
             self._emit("stacks", done, analyse_rank(a, got[a.actor_id]))
 
         self._emit("stacks")
+        # RAS first: it answers in a millisecond, and what it says is the state the stacks are taken in
+        self.ras, ras_problems = await nccl_ras.read(self.ras_addrs)
         samples = await cap.capture(self.targets, progress)
         self.samples = samples
         self._emit("evidence", self.total)
@@ -116,9 +130,11 @@ class DumpJob:
         if self.refresh_rows is not None:  # role names learnt while the stacks were taken
             fresh = await self.refresh_rows()
             self.targets = [fresh.get(a.actor_id, a) for a in self.targets]
+        if self.ras is None:  # asked where ranks said it listens, and nobody answered
+            ev_notes += [p.text for p in ras_problems if any(a.ras_addr for a in self.targets)]
         self.notes = tuple(dict.fromkeys((*cap.notes, *ev_notes)))
         self.report = analyse(self.targets, samples, self.clock(), self.collectives, native=self.opts.native,
-                              notes=self.notes)
+                              notes=self.notes, ras=self.ras)
         self.elapsed_s = time.perf_counter() - self.started
         self._emit("done", self.total)
         return self.report
@@ -149,7 +165,7 @@ class DumpJob:
         self.collectives = {**self.collectives, **fr_infos(states)}
         self.notes = tuple(dict.fromkeys((*self.notes, *fr_findings(self.targets, states), *notes)))
         self.report = analyse(self.targets, self.samples, self.clock(), self.collectives, native=self.opts.native,
-                              notes=self.notes)
+                              notes=self.notes, ras=self.ras)
         return self.report, notes
 
 

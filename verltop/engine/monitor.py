@@ -20,9 +20,20 @@ from verltop.analysis.history import TaskHistory
 from verltop.analysis.stalls import StallSettings
 from verltop.analysis.view import ClusterData, build_snapshot, group_key, running_task_rows
 from verltop.convert import one_line
+from verltop.engine import nccl_ras
 from verltop.engine.base import Engine
 from verltop.engine.dumps import DumpJob, ProgressFn
-from verltop.model import ActorRow, Node, Problem, ProcStat, RawActor, RawTask, Snapshot, SourceStatus
+from verltop.model import (
+    ActorRow,
+    Node,
+    Problem,
+    ProcStat,
+    RasReport,
+    RawActor,
+    RawTask,
+    Snapshot,
+    SourceStatus,
+)
 from verltop.sources import dashboard as D
 from verltop.sources.config import Endpoint
 from verltop.sources.http import DashboardClient
@@ -92,6 +103,7 @@ class Monitor(Engine):
         use_nvml: bool = True,
         transport: str = "aiohttp",
         clock: Callable[[], float] = time.time,
+        ras_addrs: tuple[str, ...] = (),
     ) -> None:
         super().__init__(clock)
         self.endpoint = endpoint
@@ -126,6 +138,9 @@ class Monitor(Engine):
         self._last_build = 0.0
         self.snapshots_built = 0
         self.last_build_ms = 0.0
+        self.ras_addrs = ras_addrs  # NCCL RAS addresses given by the user (else from the ranks' runtime env)
+        self.ras: RasReport | None = None
+        self.ras_problems: list[Problem] = []
 
     # ---------------------------------------------------------- Engine
 
@@ -157,6 +172,7 @@ class Monitor(Engine):
         ]
         if self.use_local:
             loop_specs.append((self._poll_local, lambda: self.iv.local_s, self.src.local))
+            loop_specs.append((self._poll_ras, lambda: self.iv.tasks_s, None))
         for fn, iv, st in loop_specs:
             self._tasks.append(asyncio.create_task(self._loop(fn, iv, st), name=f"verltop-{fn.__name__}"))
         self._tasks.append(asyncio.create_task(self._guarded(self._seed_history, self.src.tasks)))
@@ -173,11 +189,32 @@ class Monitor(Engine):
         if self.sampler:
             await asyncio.to_thread(self.sampler.close)
 
+    def ras_addresses(self, actors: tuple[ActorRow, ...] | list[ActorRow]) -> list[tuple[str, int]]:
+        return nccl_ras.addresses(actors, self.local_node_ids(), self.ras_addrs)
+
+    async def _poll_ras(self) -> None:
+        """NCCL RAS on this machine, only while a rank that can run NCCL looks stalled (about 0.5 ms a query:
+        cheap, but nothing to learn from it while the job makes progress)."""
+        snap = self.latest
+        suspected = snap is not None and any(a.stalled and a.state == "ALIVE" and (a.gpu_index is not None or a.ras_addr
+                                                                                   or self.ras_addrs)
+                                             for a in snap.actors)
+        if not suspected:
+            if self.ras is not None:
+                self.ras = None
+                self._dirty.set()
+            return
+        report, self.ras_problems = await nccl_ras.read(self.ras_addresses(snap.actors), self.iv.timeout_s)
+        if report != self.ras:
+            self.ras = report
+            self._dirty.set()
+
     def dump(self, snap: Snapshot, group: str | None, opts: DumpOptions,
              on_progress: ProgressFn | None = None, use_logs: bool = True,
              refresh_rows: Callable[[], Awaitable[dict[str, ActorRow]]] | None = None) -> DumpJob:
         return DumpJob(self.client, self.local_node_ids(), dump_targets(snap.actors, group), opts, on_progress,
-                       use_logs=use_logs, refresh_rows=refresh_rows, clock=self.clock)
+                       use_logs=use_logs, refresh_rows=refresh_rows, clock=self.clock,
+                       ras_addrs=self.ras_addresses(snap.actors) if self.use_local else [])
 
     async def log_tail(self, actor_id: str, stream: str = "err", lines: int = 200) -> tuple[str | None, Problem | None]:
         r = await D.fetch_log_tail(self.client, actor_id, stream, lines)
@@ -526,6 +563,7 @@ class Monitor(Engine):
             local_gpu_error=ls.gpu_error if ls else None,
             sources=tuple(statuses),
             truncated=self.truncated,
+            ras=self.ras,
         )
 
     async def snapshot_async(self, now: float | None = None) -> Snapshot:
