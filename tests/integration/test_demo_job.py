@@ -5,6 +5,7 @@ Healthy-job tests come first; the ``hung_demo`` tests come last (see conftest.py
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -108,6 +109,47 @@ def test_running_tasks_cycle_through_phases(demo, dashboard):
     assert all_names["WorkerDict.ref_init_model"] == 2
     assert all_names["WorkerDict.rm_init_model"] == 2
     assert all_names["get_master_addr_port"] == 3
+
+
+async def test_every_group_shows_its_roles_soon(demo):
+    """A monitor started on a running job names every colocated group's roles within a few polls, the groups
+    whose methods are too short to be seen running (rm scores a batch in well under a poll) included."""
+    from verltop.engine import Intervals, Monitor
+    from verltop.sources.config import Endpoint
+
+    mon = Monitor(Endpoint(demo.address, "--address", demo.token, "demo"), Intervals.every(1.0), use_local=False)
+    got = []
+    mon.subscribe(got.append)
+    mon.start()
+    try:
+        deadline = time.monotonic() + 40
+        roles: dict[str | None, tuple[str, ...]] = {}
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
+            if got:
+                roles = {a.worker_group: a.roles for a in got[-1].actors if a.worker_group}
+                if len(roles) == 3 and all("other" not in r for r in roles.values()):
+                    break
+        assert sorted(sorted(r) for r in roles.values()) == [["actor_rollout", "critic"], ["ref"], ["rm"]], roles
+    finally:
+        await mon.stop()
+
+
+def test_one_shot_snapshot_measures_cpu(demo):
+    """`verltop snapshot --json` samples this machine's processes over a short window: every live actor has a
+    CPU figure (a single read would measure nothing and say null)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "RAY_AUTH_TOKEN": demo.token or ""}
+    p = subprocess.run([sys.executable, "-m", "verltop", "--address", demo.address, "snapshot", "--json"],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert p.returncode == 0, p.stderr
+    alive = [a for a in json.loads(p.stdout)["actors"] if a["state"] == "ALIVE"]
+    assert len(alive) >= 9
+    assert all(isinstance(a["cpu_percent"], (int, float)) for a in alive), [(a["actor_name"], a["cpu_percent"]) for a in alive]
+    assert any(a["cpu_percent"] > 0 for a in alive)  # the controller and the training ranks do work
 
 
 def test_hang_blocks_peers_in_update_actor(hung_demo, dashboard):

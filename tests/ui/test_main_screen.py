@@ -121,3 +121,56 @@ async def test_starts_with_dashboard_down_then_says_why():
                 break
         assert "not reachable" in str(header.render())
         await pilot.press("q")
+
+
+async def test_a_bug_in_a_poll_is_shown_not_swallowed(replay, monkeypatch):
+    """A poll that raises (a verltop bug, injected: a dashboard cannot cause one) is named in the header
+    with its exception instead of the data silently going stale, and clears when the poll works again."""
+    from verltop.sources import parse
+
+    app = make_app(replay.url)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await wait_rows(pilot, app, 5)
+        real = parse.node_detail
+
+        def broken(doc, now=None):
+            raise KeyError("workers")
+
+        monkeypatch.setattr(parse, "node_detail", broken)
+        header = app.screen.query_one("#header")
+        for _ in range(50):
+            await pilot.pause(0.1)
+            if "node details poll failed" in header.text.plain:
+                break
+        assert "engine: node details poll failed: KeyError: 'workers'" in header.text.plain
+        assert "verltop's log" in header.text.plain
+        monkeypatch.setattr(parse, "node_detail", real)
+        for _ in range(50):
+            await pilot.pause(0.1)
+            if "poll failed" not in header.text.plain:
+                break
+        assert "poll failed" not in header.text.plain
+
+
+async def test_a_dump_that_fails_says_so_on_its_screen(replay, monkeypatch):
+    """A dump whose capture raises (a bug, injected) ends with the reason on the stack screen, never with
+    "dumping…" left there for ever; `r` then works again."""
+    from verltop.sources import stacks
+
+    app = make_app(replay.url)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await wait_rows(pilot, app, 5)
+
+        async def broken(self, targets, on_progress=None):
+            raise RuntimeError("capture exploded")
+
+        monkeypatch.setattr(stacks.StackCapture, "capture", broken)
+        await pilot.press("D")
+        status = app.screen.query_one("#stack-status")
+        for _ in range(50):
+            await pilot.pause(0.1)
+            if "failed" in str(status.render()):
+                break
+        text = str(status.render())
+        assert "the dump failed: RuntimeError: capture exploded" in text and "dumping" not in text
+        assert app.screen.report is None and app.screen.job.problem.kind == "internal"

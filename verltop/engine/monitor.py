@@ -43,6 +43,7 @@ from verltop.sources.pyspy import DumpOptions
 log = logging.getLogger("verltop.engine")
 
 DETAIL_REFRESH_S = 30.0  # detail rows are re-read at least this often
+ROLES_EVERY_S = 15.0  # how often groups whose roles are unknown are looked up
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,9 +87,10 @@ class _Sources:
     tasks: SourceState = field(default_factory=lambda: SourceState("tasks"))
     nodes: SourceState = field(default_factory=lambda: SourceState("nodes"))
     local: SourceState = field(default_factory=lambda: SourceState("local"))
+    engine: SourceState = field(default_factory=lambda: SourceState("engine"))  # verltop's own helper polls
 
     def all(self) -> list[SourceState]:
-        return [self.actors, self.tasks, self.nodes, self.local]
+        return [self.actors, self.tasks, self.nodes, self.local, self.engine]
 
 
 class Monitor(Engine):
@@ -131,6 +133,7 @@ class Monitor(Engine):
         self._task_detail_at: float | None = None
         self._last_task_poll: float | None = None
         self._focus: dict[str, None] = {}  # node ids on screen, top first
+        self._internal: dict[str, Problem] = {}  # helper polls that failed with a bug, until they succeed
         self._hist_free = asyncio.Event()
         self._hist_free.set()
         self._dirty = asyncio.Event()  # a poll brought something new
@@ -153,7 +156,7 @@ class Monitor(Engine):
 
     def connection_problem(self) -> Problem | None:
         for s in self.src.all():
-            if s.error and s.ok_at is None and s is not self.src.local:
+            if s.error and s.ok_at is None and s not in (self.src.local, self.src.engine):
                 return s.error
         return None
 
@@ -169,6 +172,7 @@ class Monitor(Engine):
             (self._poll_tasks, lambda: self.iv.tasks_s, self.src.tasks),
             (self._poll_nodes, lambda: self.iv.nodes_s, self.src.nodes),
             (self._poll_node_details, lambda: self.iv.node_detail_s, None),
+            (self._poll_roles, lambda: ROLES_EVERY_S, None),
         ]
         if self.use_local:
             loop_specs.append((self._poll_local, lambda: self.iv.local_s, self.src.local))
@@ -268,19 +272,29 @@ class Monitor(Engine):
             await asyncio.sleep(max(0.05, wait))
 
     async def _guarded(self, fn: Callable, st: SourceState | None) -> None:
-        """One poll. An exception (a bug, not a dashboard failure: those are values) becomes that source's
-        problem in the header, and is logged, instead of a loop that silently stops."""
+        """One poll. An exception (a bug, not a dashboard failure: those are values) becomes a problem in the
+        header — the source's own, or the engine's for helpers without one — and is logged, instead of a loop
+        that silently stops. It clears when that poll next succeeds."""
+        what = fn.__name__.removeprefix("_poll_").removeprefix("_").replace("_", " ")
         try:
             await fn()
         except asyncio.CancelledError:
             raise
         except Exception as e:
             log.error("%s failed", fn.__name__, exc_info=True)
+            p = Problem("internal", f"{what} poll failed: {e.__class__.__name__}: {one_line(e, 160)}",
+                        "a verltop bug: the traceback is in verltop's log")
             if st is not None:
-                st.error = Problem("internal", f"{st.name} poll failed: {e.__class__.__name__}: {one_line(e, 160)}",
-                                   "a verltop bug: see the log file")
+                st.error = p
                 st.backoff_s = min(10.0, max(2.0, st.backoff_s * 2 or 2.0))
+            else:
+                self._internal[what] = p
+                self.src.engine.error = next(iter(self._internal.values()))
             self._dirty.set()
+        else:
+            if st is None and self._internal.pop(what, None) is not None:
+                self.src.engine.error = next(iter(self._internal.values()), None)
+                self._dirty.set()
 
     # ---------------------------------------------------------- one-shot
 
@@ -310,6 +324,28 @@ class Monitor(Engine):
             method = R.method_of(t.func_name) or t.name
             if t.actor_id and method != "__init__":
                 self.hist.remember_method(t.actor_id, method)
+
+    async def _poll_roles(self) -> None:
+        """Which roles a colocated group hosts is learnt from the methods its ranks run; a short method (an RM
+        scoring a batch in a second) can start and finish between two polls and never be seen running. For
+        groups whose methods are still unknown, ask Ray for one rank's finished tasks (a GCS-side filter: a
+        small read), a few groups per cycle."""
+        by_group: dict[str, list[RawActor]] = {}
+        for a in self.src.actors.value or []:
+            ident = R.identity(a)
+            if a.state == "ALIVE" and ident.base_role == "colocated":
+                by_group.setdefault(group_key(ident, a.class_name), []).append(a)
+        unknown = [ms[0] for ms in by_group.values() if not any(self.hist.methods_by_actor.get(m.actor_id) for m in ms)]
+        for a in unknown[:4]:
+            r = await D.fetch_finished_tasks(self.client, limit=200, timeout_s=self.iv.timeout_s, detail=False,
+                                             actor_id=a.actor_id)
+            methods = [R.method_of(t.func_name) or t.name for t in (r.value or []) if r.ok]
+            methods = [m for m in methods if m != "__init__"]
+            if methods:
+                await self._hist_ready()
+                for m in methods:
+                    self.hist.remember_method(a.actor_id, m)
+                self._dirty.set()
 
     async def _seed_history(self) -> None:
         r = await D.fetch_finished_tasks(self.client, timeout_s=self.iv.timeout_s)
@@ -551,7 +587,8 @@ class Monitor(Engine):
                      for n in nodes]
         ls: LocalSample | None = self.src.local.value
         procs: dict[int, ProcStat] = ls.procs if ls else {}
-        statuses = [s.status(now) for s in self.src.all() if s is not self.src.local or self.use_local]
+        statuses = [s.status(now) for s in self.src.all()
+                    if (s is not self.src.local or self.use_local) and (s is not self.src.engine or s.error)]
         return ClusterData(
             address=self.endpoint.address,
             actors=tuple(self.src.actors.value or ()),

@@ -114,10 +114,12 @@ async def fetch_running_tasks(client: DashboardClient, timeout_s: float = 10.0, 
 
 
 async def fetch_finished_tasks(client: DashboardClient, limit: int = 2000, timeout_s: float = 15.0,
-                               detail: bool = True) -> Result[list[RawTask]]:
-    """FINISHED actor tasks, read once at start to seed the duration history (never on a timer).
-    Without ``detail``: names only (no times), enough to tell which roles a colocated worker hosts."""
-    params = _list_params(timeout_s, detail, limit) + _filters(("state", "=", "FINISHED"))
+                               detail: bool = True, actor_id: str | None = None) -> Result[list[RawTask]]:
+    """FINISHED actor tasks (of one actor: the filter is evaluated in GCS, so that read is small), to seed the
+    duration history. Without ``detail``: names only (no times), enough to tell which roles a colocated worker
+    hosts."""
+    flt = [("state", "=", "FINISHED")] + ([("actor_id", "=", actor_id)] if actor_id else [])
+    params = _list_params(timeout_s, detail, limit) + _filters(*flt)
     return await _get_parsed(client, "/api/v0/tasks", params, timeout_s + 2,
                              lambda doc, now: (parse.tasks(doc)[0], None))
 
