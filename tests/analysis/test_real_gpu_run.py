@@ -203,7 +203,12 @@ async def test_native_dump_through_the_dashboard_names_the_cpu_straggler(run):
     assert reason == (f"not in cuda_sync with rank 0 of gpu1: it is in actor_rollout_update_actor at {STRAGGLER_AT}; "
                       "its stack did not move")
     assert report.native and report.samples == 2
-    assert dump_text(report).startswith("verltop dump: 2/3 ranks dumped, 2 sample(s), native")
+    text = dump_text(report)
+    assert text.startswith("verltop dump: 2/3 ranks dumped, 2 sample(s), native")
+    # where rank 1 is: its Python frame, in the text dump and on the stack screen (not libc's clock_nanosleep)
+    line = next(ln for ln in text.splitlines() if f"  {r1.actor.pid}  " in ln)
+    assert STRAGGLER_AT in line and "libc" not in line
+    assert rank_cells(r1, True)[5] == STRAGGLER_AT and rank_cells(r0, False)[5] == RANK0_WAIT
 
 
 # ---------------------------------------------------------------- Flight Recorder

@@ -10,7 +10,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Static
 from textual.worker import Worker, WorkerState
 
-from verltop.analysis.collectives import collective_pending
+from verltop.analysis.collectives import calling_frame, collective_pending
 from verltop.analysis.merge import build_tree, compact_labels, rank_label, render_tree
 from verltop.engine import DumpJob, DumpOptions, DumpProgress
 from verltop.model import DumpReport, RankDump, Snapshot
@@ -35,7 +35,7 @@ def rank_cells(r: RankDump, suspect: bool) -> tuple:
         op.append(f" {c.op}#{c.seq}" if c.seq is not None else f" {c.op}", style="magenta" if pending else "grey50")
         if not pending:
             op.append(" done", style="grey50")
-    frame = (r.blocked_on.frame if r.blocked_on else None) or (r.stack[0].short() if r.stack else "-")
+    frame = calling_frame(r.blocked_on, r.stack)
     motion = Text("-" if r.stuck is None else ("stuck" if r.stuck else "moving"),
                   style="red" if r.stuck else "green" if r.stuck is False else "grey50")
     note = Text(r.error.text if r.error else "", style="yellow")
