@@ -37,6 +37,7 @@ from verltop.sources.local import LocalSample
 from verltop.sources.pyspy import DumpOptions, parse_json
 from verltop.sources.watchdog import parse_watchdog
 from verltop.text import dump_text
+from verltop.ui.screens.rank_stack import rank_stack_text
 from verltop.ui.screens.stacks import rank_cells
 from verltop.ui.widgets.actor_table import Shown, actor_cell
 
@@ -266,6 +267,10 @@ async def test_straggler_with_the_collective_named(evidence, tmp_path):
     assert rank_cells(r1, True)[0].plain == "▶ x2s" and rank_cells(r0, False)[0].plain == "x2s"
     assert rank_cells(r0, False)[4].plain == "cuda_sync (GPU) all_reduce#5"
     assert rank_cells(r1, True)[4].plain == ("- all_reduce#4 done" if source == "flight_recorder" else "-")
+    # a rank's full stack: what the evidence says, unknowns left out
+    nccl = next(ln for ln in rank_stack_text(r1).plain.splitlines() if ln.startswith("NCCL"))
+    assert nccl == (f"NCCL ({source}): last enqueued 4  last completed 4" if source == "watchdog_log" else
+                    f"NCCL ({source}): op all_reduce  seq 4  last enqueued 4  last completed 4  numel 1048576")
 
 
 @pytest.mark.parametrize("evidence", EVIDENCE)
