@@ -158,3 +158,31 @@ def pyspy_json(cap: Capture, rel: str, samples: int = 2) -> list[ProcessDump]:
     assert err is None, err
     return [ProcessDump(1, threads=threads)] * samples
 
+
+
+def ray_gpu_cluster(at: float | None = None) -> Capture:
+    """``real-gpu/ray-gpu-cluster``, 8-27 s into the hang (2x H200: rank 0 in an NCCL all_reduce, rank 1
+    asleep, the controller in ``ray.get``). Tracebacks: the dashboard's own ``/worker/traceback?native=0``
+    answer, then a direct ``py-spy dump`` a few seconds later (two real samples); logs: the workers' stderr
+    tails (rank 0's watchdog line came at 44 s, before the tails were taken)."""
+    meta = json.loads((RAY_GPU / "capture_meta.json").read_text())
+    pids = meta["pids"]
+    return Capture(RAY_GPU, meta["t_hang_start"] + 8.0 if at is None else at, actors="hung/api_v0_actors.json",
+                   tasks="hung/api_v0_tasks.json", nodes="hung/api_v0_nodes.json",
+                   summary="hung/nodes_view_summary.json", node_detail="hung/nodes_NODE_ID.json",
+                   tracebacks={pid: (f"hung/worker_traceback_{k}_native0.txt", f"hung/pyspy_{k}.txt")
+                               for k, pid in pids.items()},
+                   native_tracebacks=False)
+
+
+def demo_cpu() -> Capture:
+    """``demo-cpu``: the demo job on a CPU-only cluster, 45 s into its hang; two dashboard tracebacks of
+    every actor about 1 s apart."""
+    meta = json.loads((DEMO_CPU / "capture_meta.json").read_text())
+    pids = sorted({int(k.split("_")[1].split(".")[0]) for k in meta["taken_at"] if "/traceback_" in k})
+    logs = {p.name.split("-")[1]: f"logs/{p.name}" for p in (DEMO_CPU / "logs").glob("worker-*.err")}
+    return Capture(DEMO_CPU, meta["taken_at"]["hung/api_v0_actors.json"]["t"], actors="hung/api_v0_actors.json",
+                   tasks="hung/api_v0_tasks.json", nodes="hung/api_v0_nodes.json",
+                   summary="hung/nodes_view_summary.json", node_detail="hung/nodes_NODE_ID.json", logs=logs,
+                   tracebacks={p: (f"hung/traceback_{p}.0.txt", f"hung/traceback_{p}.1.txt") for p in pids},
+                   native_tracebacks=False)
