@@ -6,11 +6,13 @@ Used by source, CLI and UI tests: verltop talks to it over loopback exactly as t
 from __future__ import annotations
 
 import asyncio
+import errno
 import glob
 import json
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -50,6 +52,10 @@ class ReplayDashboard:
         self.logs = logs
         self.tracebacks = tracebacks
         self.token = token
+        # a fixed port (the address is part of a snapshot's picture) may be held by another test run on this
+        # machine for a while: wait for it rather than fail
+        self.bind_wait_s = 120.0 if port else 0.0
+        self._bind_error: OSError | None = None
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.requests: list[tuple[str, str]] = []
@@ -141,10 +147,21 @@ class ReplayDashboard:
         self._loop = loop
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self.handle)
-        self._runner = web.AppRunner(app, access_log=None)
-        loop.run_until_complete(self._runner.setup())
-        site = web.TCPSite(self._runner, "127.0.0.1", self.port)
-        loop.run_until_complete(site.start())
+        deadline = time.monotonic() + self.bind_wait_s
+        while True:
+            self._runner = web.AppRunner(app, access_log=None)
+            loop.run_until_complete(self._runner.setup())
+            try:
+                loop.run_until_complete(web.TCPSite(self._runner, "127.0.0.1", self.port).start())
+                break
+            except OSError as e:
+                loop.run_until_complete(self._runner.cleanup())
+                if e.errno != errno.EADDRINUSE or time.monotonic() > deadline:
+                    self._bind_error = e
+                    self._ready.set()
+                    loop.close()
+                    return
+                time.sleep(0.25)
         self._ready.set()
         loop.run_forever()
         loop.run_until_complete(self._runner.cleanup())
@@ -153,8 +170,8 @@ class ReplayDashboard:
     def __enter__(self) -> ReplayDashboard:
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
-        if not self._ready.wait(10):
-            raise RuntimeError(f"replay dashboard could not listen on port {self.port}")
+        if not self._ready.wait(self.bind_wait_s + 10) or self._bind_error is not None:
+            raise RuntimeError(f"replay dashboard could not listen on port {self.port}: {self._bind_error}")
         return self
 
     def __exit__(self, *exc: object) -> None:

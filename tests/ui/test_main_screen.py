@@ -187,6 +187,11 @@ async def test_stack_screen_opens_a_finished_dump_and_r_takes_a_new_one():
         opts = DumpOptions(samples=2, interval_s=0.0, via="dashboard")
         async with app.run_test(size=(200, 50)) as pilot:
             await wait_rows(pilot, app, 5)
+            for _ in range(100):  # every source in: tasks, and the GPU figures that name rank 0's wait
+                snap = app.snapshot
+                if snap and all(a.task for a in snap.actors) and any(a.gpu_util_percent for a in snap.actors):
+                    break
+                await pilot.pause(0.1)
             report = await app.engine.dump(app.snapshot, None, opts).run()
             assert report is not None and [(s.worker_group, s.rank) for s in report.suspects] == [("abcd", 1)]
             tracebacks = lambda: sum(1 for _, p in dash.requests if p.startswith("/worker/traceback"))  # noqa: E731
