@@ -171,7 +171,7 @@ async def test_straggler_stacks_name_rank1_and_rank0_waits_on_its_gpu(route):
     r0, r1 = rank(report, n0), rank(report, n1)
     assert (r0.blocked_on.op, r0.blocked_on.frame) == ("cuda_sync", RANK0_WAIT)
     assert r1.blocked_on is None and r0.stuck is True and r1.stuck is True
-    assert all(x.collective is None for x in report.ranks)  # no watchdog line yet, no dump file
+    assert all(x.collective is None for x in report.ranks) and report.notes == ()  # no watchdog line, no dump file
     assert [(s.worker_group, s.rank) for s in report.suspects] == [("x2s", 1)]
     reason = report.suspects[0].reason
     assert reason == f"not in cuda_sync with rank 0 of x2s: it is in actor_rollout_update_actor at {STRAGGLER_AT}; " \

@@ -164,7 +164,9 @@ def test_rank_full_stack(snap_compare, gpu_dash, gpu_report):
 
 
 def test_help_screen(snap_compare, gpu_dash):
-    """``?``: every key of every screen from the keymap, then what the columns mean, over the main screen."""
+    """``?``: the help box over the main screen, generated from the keymap: the main screen's keys (q, ?, d,
+    D, /, s, g, p, l / Enter, j / ↓, k / ↑, Esc, H, PgUp, PgDn, Home, End) with their tooltips, then the stack
+    screen's (Esc, Enter, w, r, f, ...); the rest (other screens, what the columns mean) scrolls."""
     async def run(pilot):
         await gpu_loaded(pilot)
         await pilot.press("question_mark")
