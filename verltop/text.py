@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from verltop import fmt
-from verltop.analysis.collectives import collective_pending
+from verltop.analysis.collectives import calling_frame, collective_pending
 from verltop.analysis.merge import build_tree, compact_labels, rank_label, tree_text
 from verltop.model import DumpReport, Snapshot
 
@@ -63,7 +63,7 @@ def dump_text(r: DumpReport) -> str:
         if x.collective and x.collective.op:
             done = "" if collective_pending(x.collective) else ", completed"
             op += f" [{x.collective.op} seq {x.collective.seq}{done}]"
-        frame = (x.blocked_on.frame if x.blocked_on else None) or (x.stack[0].short() if x.stack else "-")
+        frame = calling_frame(x.blocked_on, x.stack)
         motion = "-" if x.stuck is None else ("stuck" if x.stuck else "moving")
         rows.append([a.worker_group or "-", "-" if a.rank is None else str(a.rank), a.role, a.node_ip or "-",
                      str(a.pid or "-"), op, frame or "-", motion, x.error.text if x.error else ""])

@@ -155,11 +155,12 @@ class DumpJob:
     def _local_ranks(self) -> list[ActorRow]:
         return [a for a in self.targets if a.node_id in self.local_node_ids and a.role != "controller"]
 
-    async def refresh_flight_recorder(self) -> tuple[DumpReport | None, list[str]]:
-        """Ask the local ranks for fresh Flight Recorder dumps (``f``) and analyse again with them."""
+    async def refresh_flight_recorder(self, wait_s: float = 15.0) -> tuple[DumpReport | None, list[str]]:
+        """Ask the local ranks for fresh Flight Recorder dumps (``f``), waiting up to ``wait_s`` for them, and
+        analyse again with them."""
         if self.report is None:
             return None, ["the dump is not finished yet"]
-        states, notes = await fr.trigger_and_read(self._local_ranks())
+        states, notes = await fr.trigger_and_read(self._local_ranks(), wait_s)
         if not states:
             return None, notes or ["no dump came back"]
         self.collectives = {**self.collectives, **fr_infos(states)}

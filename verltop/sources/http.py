@@ -197,9 +197,9 @@ def _retry_after(v: str | None, status: int) -> float | None:
 
 
 def _conn_reason(e: BaseException) -> str:
-    if isinstance(e, ConnectionRefusedError):
+    os_err = getattr(e, "os_error", None)  # aiohttp wraps the OSError
+    if isinstance(e, ConnectionRefusedError) or isinstance(os_err, ConnectionRefusedError):
         return "connection refused"
-    os_err = getattr(e, "os_error", None)
     s = str(getattr(os_err, "strerror", "") or os_err or e)
     return s.lower() if s else "connection failed"
 

@@ -26,8 +26,9 @@ def rank_stack_text(rd: RankDump) -> Text:
             t.append(f"native evidence: {', '.join(rd.blocked_on.evidence)}\n", style="grey70")
     if rd.collective:
         c = rd.collective
-        t.append(f"NCCL ({c.source}): op {c.op} seq {c.seq}  last enqueued {c.last_enqueued}  "
-                 f"last completed {c.last_completed}  numel {c.numel}\n", style="magenta")
+        known = [(k, v) for k, v in (("op", c.op), ("seq", c.seq), ("last enqueued", c.last_enqueued),
+                                     ("last completed", c.last_completed), ("numel", c.numel)) if v is not None]
+        t.append(f"NCCL ({c.source}): " + "  ".join(f"{k} {v}" for k, v in known) + "\n", style="magenta")
     if rd.stuck is not None:
         t.append(("stack unchanged across samples: stuck\n" if rd.stuck else "stack moves between samples: slow\n"),
                  style="red" if rd.stuck else "green")

@@ -10,7 +10,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Static
 from textual.worker import Worker, WorkerState
 
-from verltop.analysis.collectives import collective_pending
+from verltop.analysis.collectives import calling_frame, collective_pending
 from verltop.analysis.merge import build_tree, compact_labels, rank_label, render_tree
 from verltop.engine import DumpJob, DumpOptions, DumpProgress
 from verltop.model import DumpReport, RankDump, Snapshot
@@ -35,7 +35,7 @@ def rank_cells(r: RankDump, suspect: bool) -> tuple:
         op.append(f" {c.op}#{c.seq}" if c.seq is not None else f" {c.op}", style="magenta" if pending else "grey50")
         if not pending:
             op.append(" done", style="grey50")
-    frame = (r.blocked_on.frame if r.blocked_on else None) or (r.stack[0].short() if r.stack else "-")
+    frame = calling_frame(r.blocked_on, r.stack)
     motion = Text("-" if r.stuck is None else ("stuck" if r.stuck else "moving"),
                   style="red" if r.stuck else "green" if r.stuck is False else "grey50")
     note = Text(r.error.text if r.error else "", style="yellow")
@@ -46,15 +46,19 @@ def rank_cells(r: RankDump, suspect: bool) -> tuple:
 
 
 class StackScreen(Screen):
+    """A dump of ``group`` (every verl rank when None) taken now; or, with ``report``, a finished dump shown
+    as it is (a saved or recorded one), with nothing taken until ``r`` asks a live engine for a new one."""
+
     BINDINGS = keymap.STACKS
 
-    def __init__(self, snap: Snapshot, group: str | None = None, opts: DumpOptions | None = None) -> None:
+    def __init__(self, snap: Snapshot, group: str | None = None, opts: DumpOptions | None = None,
+                 report: DumpReport | None = None) -> None:
         super().__init__()
         self.snap = snap
         self.group = group
         self.opts = opts or DumpOptions(samples=2, interval_s=1.0)
         self.job: DumpJob | None = None
-        self.report: DumpReport | None = None
+        self.report: DumpReport | None = report
         self.partial: dict[str, RankDump] = {}
 
     @property
@@ -74,7 +78,10 @@ class StackScreen(Screen):
         for key, label, width in RANK_COLUMNS:
             t.add_column(label, key=key, width=width)
         t.focus()
-        self.action_again()
+        if self.report is not None:
+            self._show_report(self.report)
+        else:
+            self.action_again()
 
     # ---------------------------------------------------------- capture
 
@@ -167,6 +174,11 @@ class StackScreen(Screen):
     # ---------------------------------------------------------- actions
 
     def action_flight_recorder(self) -> None:
+        if self.report is not None and self.job is None:
+            self.notify("this dump was not taken here: r takes a new one, then f asks its ranks"
+                        if self.app.engine.live else "a recording cannot ask ranks for Flight Recorder dumps",
+                        severity="warning")
+            return
         if self.report is None or self.job is None:
             self.notify("wait for the dump to finish", severity="warning")
             return
