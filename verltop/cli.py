@@ -158,8 +158,9 @@ def _monitor(args: argparse.Namespace) -> Any:
                    ras_addrs=tuple(args.ras_addr or ()))
 
 
-async def _first_poll(mon: Any, seed: bool, node_details: bool = True, cpu_window_s: float = 0.0) -> None:
-    await mon.poll_once(seed=seed, node_details=node_details, cpu_window_s=cpu_window_s)
+async def _first_poll(mon: Any, seed: bool, node_details: bool = True, cpu_window_s: float = 0.0,
+                      ras: bool = False) -> None:
+    await mon.poll_once(seed=seed, node_details=node_details, cpu_window_s=cpu_window_s, ras=ras)
     if not mon.has_data:
         err = mon.connection_problem()
         await mon.stop()
@@ -168,7 +169,7 @@ async def _first_poll(mon: Any, seed: bool, node_details: bool = True, cpu_windo
 
 async def _snapshot(args: argparse.Namespace) -> int:
     mon = _monitor(args)
-    await _first_poll(mon, seed=True, cpu_window_s=args.cpu_window)
+    await _first_poll(mon, seed=True, cpu_window_s=args.cpu_window, ras=True)
     snap = mon.snapshot()
     await mon.stop()
     if args.json:

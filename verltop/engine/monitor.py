@@ -298,10 +298,12 @@ class Monitor(Engine):
 
     # ---------------------------------------------------------- one-shot
 
-    async def poll_once(self, seed: bool = True, node_details: bool = True, cpu_window_s: float = 0.0) -> None:
+    async def poll_once(self, seed: bool = True, node_details: bool = True, cpu_window_s: float = 0.0,
+                        ras: bool = False) -> None:
         """Every source once, concurrently (``verltop snapshot``; ``dump`` skips the per-worker CPU/RSS of
         ``node_details``, which it does not show). With ``cpu_window_s``, local processes are sampled twice
-        that far apart, so CPU % measures something."""
+        that far apart, so CPU % measures something. With ``ras``, NCCL RAS is asked too when a local rank
+        can run NCCL (a one-shot command has no earlier snapshot to tell whether something looks stalled)."""
         jobs = [self._poll_actors(), self._poll_tasks(), self._poll_nodes()]
         if seed:
             jobs.append(self._seed_history())
@@ -310,6 +312,10 @@ class Monitor(Engine):
         await self._poll_local()
         if node_details:
             await self._poll_node_details(all_nodes=True)
+        if ras and self.use_local:
+            addrs = self.ras_addresses(self.snapshot().actors)
+            if addrs:
+                self.ras, self.ras_problems = await nccl_ras.read(addrs, self.iv.timeout_s)
         if cpu_window_s > 0 and self.sampler is not None and self.src.local.value is not None:
             await asyncio.sleep(max(0.0, cpu_window_s - (time.monotonic() - t0)))
             await self._poll_local()
