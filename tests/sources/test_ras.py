@@ -210,3 +210,25 @@ async def test_live_view_marks_the_rank_ras_names():
             assert srv.queries >= 1
         finally:
             await mon.stop()
+
+
+def test_snapshot_cli_asks_ras():
+    """`verltop snapshot --json --ras-addr …`: the rank RAS names carries the RAS stall in the JSON."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.replay_server import ReplayDashboard
+
+    body = captured("default_hang10_status_json").replace('"pid": 629', '"pid": 2120').replace('"pid": 630', '"pid": 2125')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    with ReplayDashboard() as d, RasServer({"json": body, "text": ""}) as srv:
+        p = subprocess.run([sys.executable, "-m", "verltop", "--address", d.url, "snapshot", "--json",
+                            "--ras-addr", f"127.0.0.1:{srv.port}", "--cpu-window", "0"],
+                           capture_output=True, text=True, timeout=60, env=env)
+    assert p.returncode == 0, p.stderr
+    by_rank = {a["rank"]: a for a in json.loads(p.stdout)["actors"] if a["worker_group"] == "abcd"}
+    ras1 = [s for s in by_rank[1]["stalls"] if s["rule"] == "ras"]
+    assert ras1 and ras1[0]["state"] == "behind" and ras1[0]["op"] == "AllReduce"
+    assert (ras1[0]["count"], ras1[0]["expected"]) == (5, 6) and "NCCL RAS" in by_rank[1]["stall_reason"]
+    assert not any(s["rule"] == "ras" for s in by_rank[0]["stalls"])
