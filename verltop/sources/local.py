@@ -1,4 +1,5 @@
-"""This machine: psutil per Ray worker process and NVML per GPU and per GPU process.
+"""This machine: psutil per Ray worker process, NVML per GPU and per GPU process, and the actors' process
+trees (``procfs.ProcReader``).
 
 Blocking calls: run them in a thread (``asyncio.to_thread``). Failures are values: a vanished pid is
 left out, NVML missing or failing gives ``gpus=None`` with a one-line reason.
@@ -11,7 +12,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from verltop.model import Gpu, ProcStat
+from verltop.convert import one_line
+from verltop.model import Gpu, Problem, ProcStat, ProcTree
+from verltop.sources.procfs import ProcReader
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +23,7 @@ class LocalSample:
     procs: dict[int, ProcStat]
     gpus: tuple[Gpu, ...] | None
     gpu_error: str | None
+    tree: ProcTree | None = None  # the descendants of the Ray workers in ``procs``
 
 
 def local_addresses() -> set[str]:
@@ -69,6 +73,7 @@ class LocalSampler:
         self._use_nvml = use_nvml
         self._nvml_tried = False
         self._last_util_ts = 0
+        self._reader = ProcReader()
 
     # ---------------------------------------------------------- processes
 
@@ -180,11 +185,23 @@ class LocalSampler:
         return Gpu(index=i, name=name, util_percent=util, mem_used_bytes=int(mem.used),
                    mem_total_bytes=int(mem.total), uuid=uuid, processes=tuple(out))
 
+    def sample_tree(self, roots: set[int], gpus: tuple[Gpu, ...] | None = None) -> ProcTree:
+        """The descendants of ``roots`` (Ray workers here), and the loose processes: left behind by a root
+        that died, an engine's title with no live Ray worker above it, or GPU memory under no root."""
+        extra = {pid for g in gpus or () for pid, _, _ in g.processes} - roots
+        try:
+            plain = self._reader.read(sorted(roots), sorted(extra))
+        except OSError as e:  # no /proc (not Linux), or it cannot be listed
+            return ProcTree(time.time(), tuple(sorted(roots)),
+                            error=Problem("processes", f"cannot read processes: {one_line(e, 120)}"))
+        return tree_from_plain(plain, roots)
+
     def sample(self, pids: set[int]) -> LocalSample:
         procs = self.sample_procs(pids)
         gpus, err = self.sample_gpus(pids)
         self._last_util_ts = int(time.time() * 1e6) - 1_000_000
-        return LocalSample(time.time(), procs, gpus, err)
+        tree = self.sample_tree(set(procs), gpus)
+        return LocalSample(time.time(), procs, gpus, err, tree)
 
     def close(self) -> None:
         if self._nvml is not None:
@@ -193,6 +210,18 @@ class LocalSampler:
             except Exception:  # noqa: BLE001
                 pass
             self._nvml = None
+
+
+def tree_from_plain(plain: dict[str, Any], roots: set[int] | list[int], node_id: str | None = None) -> ProcTree:
+    """``ProcReader.read``'s plain answer (here, or from a probe on ``node_id``) as a ``ProcTree``."""
+
+    def stat(r: Any) -> ProcStat:
+        pid, ppid, title, cpu, rss, ct = r
+        return ProcStat(pid=pid, cpu_percent=cpu, rss_bytes=rss, create_time_s=ct, title=title, ppid=ppid)
+
+    return ProcTree(taken_at=float(plain["taken_at"]), roots=tuple(sorted(roots)),
+                    procs=tuple(stat(r) for r in plain["procs"]), loose=tuple(stat(r) for r in plain["loose"]),
+                    left_by=tuple((int(a), int(b)) for a, b in plain["left_by"]), node_id=node_id)
 
 
 def _nvml_msg(e: Exception) -> str:
