@@ -112,6 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--hang-after", type=int, default=3, metavar="N",
                    help="steps before one rank hangs (default 3; 0 = only on the H key)")
     m.add_argument("--hang-rank", type=int, default=2, metavar="R", help="which actor rank hangs (default 2)")
+    m.add_argument("--hang", choices=("rank", "tp1", "sandbox"), default="rank",
+                   help="what hangs after --hang-after steps: a trainer rank in update_actor (default), TP worker 1 "
+                   "of the rollout server in its weight load, or a reward sandbox that never returns; the keys H "
+                   "and T hang a rank or TP worker 1 at any time")
     m.add_argument("--no-tui", action="store_true", help="leave the job running for other tools; Ctrl-C ends it")
     return p
 
@@ -282,7 +286,7 @@ def _demo(args: argparse.Namespace) -> int:
         signal.signal(sig, _stop)
     print("verltop demo: starting a local Ray cluster and a small verl PPO job (CPU, gloo)…", file=sys.stderr)
     hang_after = args.hang_after if args.hang_after > 0 else None
-    handle = start_demo(hang_after=hang_after, hang_rank=args.hang_rank)
+    handle = start_demo(hang_after=hang_after, hang_rank=args.hang_rank, hang_target=args.hang)
     try:
         if handle.token:
             os.environ["RAY_AUTH_TOKEN"] = handle.token

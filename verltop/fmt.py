@@ -146,6 +146,15 @@ def short_title(title: str | None) -> str:
     head, sep, rest = title.partition("::")
     if sep and head and " " not in head and head != "ray":
         return rest
-    word, _, args = title.partition(" ")
-    word = word.rsplit("/", 1)[-1]
-    return f"{word} {args}" if args else word
+    words = title.split()
+    exe = words[0].rsplit("/", 1)[-1]
+    if exe.startswith("python") and len(words) > 1:
+        # the interpreter's flags say little: `python sandbox.py`, `python -m pkg.mod`, `python -c …`
+        rest = [w for w in words[1:] if not (w.startswith("-") and w not in ("-m", "-c"))]
+        if rest[:1] == ["-m"] and len(rest) > 1:
+            return f"{exe} -m {rest[1]}"
+        if rest[:1] == ["-c"]:
+            return f"{exe} -c …"
+        if rest:
+            return f"{exe} {rest[0].rsplit('/', 1)[-1]}"
+    return " ".join([exe, *words[1:]])

@@ -149,11 +149,14 @@ class Node:
 # ---------------------------------------------------------------- analysed rows
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=True)
 class ProcRow:
     """A process below an actor (its descendant: an inference engine, a TP worker, a sandbox) or an orphan
     (it holds GPU memory, or was an actor's, and no live actor is above it). ``snapshot --json`` writes the
-    first seven fields for ``actors[].processes`` and adds ``node_ip`` and ``actor_id`` for ``orphans``."""
+    first seven fields for ``actors[].processes`` and adds ``node_ip`` and ``actor_id`` for ``orphans``.
+
+    Not frozen, like ``ActorRow`` and for the same reason (built by the thousand every snapshot); treat it as
+    immutable all the same."""
 
     pid: int
     ppid: int | None

@@ -9,7 +9,7 @@ and added to its actor's; an actor that holds no GPU memory itself gets the GPU 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from verltop.model import Gpu, Node, ProcRow, ProcStat, ProcTree, RawActor
 
@@ -60,6 +60,7 @@ class TreeView:
     tree: ProcTree
     node_ids: frozenset[str]
     gpus: tuple[Gpu, ...]
+    use: GpuUse = field(default_factory=dict, compare=False)  # gpu_use(gpus)
 
 
 def tree_views(local: ProcTree | None, local_node_ids: frozenset[str], local_gpus: tuple[Gpu, ...] | None,
@@ -69,11 +70,12 @@ def tree_views(local: ProcTree | None, local_node_ids: frozenset[str], local_gpu
     if local is not None and local_node_ids:
         gpus = local_gpus if local_gpus is not None else tuple(
             g for nid in sorted(local_node_ids) for g in (nodes[nid].gpus if nid in nodes else ()))
-        out.append(TreeView(local, local_node_ids, tuple(gpus)))
+        out.append(TreeView(local, local_node_ids, tuple(gpus), gpu_use(gpus)))
     for t in remote:
         if t.node_id and t.node_id not in local_node_ids:
             n = nodes.get(t.node_id)
-            out.append(TreeView(t, frozenset((t.node_id,)), n.gpus if n else ()))
+            g = n.gpus if n else ()
+            out.append(TreeView(t, frozenset((t.node_id,)), g, gpu_use(g)))
     return out
 
 
@@ -84,19 +86,24 @@ def by_actor(actors: Iterable[RawActor], views: list[TreeView], nodes: Mapping[s
     if not views:
         return out
     view_of: dict[str, TreeView] = {nid: v for v in views for nid in v.node_ids}
-    per_view: dict[int, tuple[dict[int, list[tuple[ProcStat, int]]], GpuUse]] = {}
+    per_view: dict[int, tuple[frozenset[int], dict[int, list[tuple[ProcStat, int]]], Attach]] = {}
     for a in actors:
         if a.state != "ALIVE" or a.pid is None or a.node_id not in view_of:
             continue
         v = view_of[a.node_id]
-        if a.pid not in v.tree.roots:
-            continue  # the actor is newer than the tree: unknown yet
         key = id(v)
         if key not in per_view:
-            per_view[key] = (_by_root(v.tree), gpu_use(v.gpus))
-        kids, use = per_view[key]
+            per_view[key] = (frozenset(v.tree.roots), _by_root(v.tree), Attach((), v.tree.taken_at))
+        roots, kids, childless = per_view[key]
+        if a.pid not in roots:
+            continue  # the actor is newer than the tree: unknown yet
+        mine = kids.get(a.pid)
+        if not mine:  # most actors: one shared answer
+            out[a.actor_id] = childless
+            continue
+        use = v.use
         node = nodes.get(a.node_id or "")
-        rows = tuple(_row(p, d, use, node, a.actor_id, a.node_id) for p, d in kids.get(a.pid, ()))
+        rows = tuple(_row(p, d, use, node, a.actor_id, a.node_id) for p, d in mine)
         held = [(u, m) for p in rows for u, m in use.get(p.pid, ())]
         g, mem = _gpu_of(held)
         gpus = tuple({id(u): u for u, _ in held}.values())
@@ -137,7 +144,7 @@ def orphans(views: list[TreeView], actors: Iterable[RawActor], nodes: Mapping[st
                 by_pid[key] = a
     out: list[ProcRow] = []
     for v in views:
-        use = gpu_use(v.gpus)
+        use = v.use
         left = dict(v.tree.left_by)
         node_id = v.tree.node_id or _first_node(v.node_ids, nodes)
         node = nodes.get(node_id or "")

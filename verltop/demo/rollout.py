@@ -8,7 +8,7 @@
   and then ``reward_loop.compute_score.remote(...)``;
 - ``RewardLoopWorker`` (``reward_loop_worker_0``, asyncio): ``compute_score`` runs the rule-based scorer in
   the loop's default executor, as verl's naive reward manager does; the scorer runs the response's "code"
-  in a sandbox child process (``python -c``), as ``prime_code`` runs its test cases.
+  in a sandbox child process (``sandbox.py``), as ``prime_code`` runs its test cases.
 
 The classes are plain; ``job.py`` makes them Ray actors (``ray.remote(cls)``, as verl does). Nothing heavy
 is imported here: these workers never import torch.
@@ -34,20 +34,7 @@ PIDS_DIR = "pids"
 HUNG_FILE = "hung"
 RELEASE_FILE = "release"
 
-# the "program" a response is scored with, run in a fresh interpreter (the sandbox); with a hang file it
-# never returns until the demo's release file appears, like a sandbox call that never comes back
-SANDBOX_CODE = """
-import json, os, sys, time
-job = json.loads(sys.stdin.read())
-if job.get("hang"):
-    open(job["hung"], "w").write(json.dumps({"step": job["step"], "rank": 0, "pid": os.getpid(),
-                                             "since": time.time(), "target": "sandbox"}))
-    while not os.path.exists(job["release"]):
-        time.sleep(0.5)
-    os.unlink(job["release"]); os.unlink(job["hung"])
-time.sleep(job["run_s"])
-print(json.dumps({"passed": job["tokens"] % 3 != 0}))
-"""
+SANDBOX = str(Path(__file__).with_name("sandbox.py"))  # run by path, with -I -S: stdlib only
 
 
 def _record_pid(state_dir: str, role: str, rank: int) -> None:
@@ -180,7 +167,7 @@ class RewardLoopWorker:
         job = {"step": step, "tokens": response_len, "hang": hang, "run_s": 0.3,
                "hung": str(Path(self.state_dir, HUNG_FILE)), "release": str(Path(self.state_dir, RELEASE_FILE))}
         t0 = time.monotonic()
-        p = subprocess.run([sys.executable, "-I", "-S", "-c", SANDBOX_CODE], input=json.dumps(job),
+        p = subprocess.run([sys.executable, "-I", "-S", SANDBOX], input=json.dumps(job),
                            capture_output=True, text=True, timeout=None if hang else 60)
         if p.returncode != 0:
             raise RuntimeError(f"sandbox failed (rc={p.returncode}): {p.stderr[-300:]}")

@@ -66,14 +66,17 @@ def ns_pid(pid: int) -> int | None:
 class LocalSampler:
     """Keeps psutil.Process objects between samples so ``cpu_percent`` measures the interval."""
 
-    def __init__(self, use_nvml: bool = True) -> None:
+    def __init__(self, use_nvml: bool = True, tree_every_s: float = 2.0) -> None:
         self._procs: dict[int, Any] = {}
         self._nvml: Any = None
         self._nvml_error: str | None = None
         self._use_nvml = use_nvml
         self._nvml_tried = False
         self._last_util_ts = 0
-        self._reader = ProcReader()
+        self._reader = ProcReader(max_fds=_fd_budget())
+        # the tree is read at the pace snapshots are built (2 s), not every local poll: half the cost
+        self.tree_every_s = tree_every_s
+        self._tree: ProcTree | None = None
 
     # ---------------------------------------------------------- processes
 
@@ -200,7 +203,10 @@ class LocalSampler:
         procs = self.sample_procs(pids)
         gpus, err = self.sample_gpus(pids)
         self._last_util_ts = int(time.time() * 1e6) - 1_000_000
-        tree = self.sample_tree(set(procs), gpus)
+        roots = set(procs)
+        tree = self._tree
+        if tree is None or set(tree.roots) != roots or time.time() - tree.taken_at >= self.tree_every_s - 0.05:
+            tree = self._tree = self.sample_tree(roots, gpus)
         return LocalSample(time.time(), procs, gpus, err, tree)
 
     def close(self) -> None:
@@ -210,6 +216,22 @@ class LocalSampler:
             except Exception:  # noqa: BLE001
                 pass
             self._nvml = None
+
+
+def _fd_budget(want: int = 2048) -> int:
+    """How many descendants' stat files the reader may keep open: a quarter of the open-file limit, raised
+    first to the hard limit where that is low (1024 is a common soft limit; 2048 stat files are ~2 MB)."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and soft < 4 * want and (hard == resource.RLIM_INFINITY or hard > soft):
+            new = 4 * want if hard == resource.RLIM_INFINITY else min(hard, 4 * want)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+            soft = new
+        return max(16, min(want, (soft if soft != resource.RLIM_INFINITY else 4 * want) // 4))
+    except (ImportError, ValueError, OSError):
+        return 64
 
 
 def tree_from_plain(plain: dict[str, Any], roots: set[int] | list[int], node_id: str | None = None) -> ProcTree:

@@ -42,7 +42,8 @@ class ProcReader:
     Not thread-safe: one reader per thread (the local sampler's), or a lock around it (the probe).
     """
 
-    def __init__(self, root: str = "/proc", full_every_s: float = 60.0, gap_s: float = 10.0) -> None:
+    def __init__(self, root: str = "/proc", full_every_s: float = 60.0, gap_s: float = 10.0,
+                 max_fds: int = 256) -> None:
         self.root = root
         self.full_every_s = full_every_s
         self.gap_s = gap_s
@@ -55,11 +56,16 @@ class ProcReader:
         self._comm: dict[int, str] = {}
         self._start: dict[int, int] = {}  # starttime in clock ticks: tells a reused pid apart
         self._engine: set[int] = set()  # pids whose comm is an engine's
-        self._title: dict[int, tuple[int, str, str | None]] = {}  # pid -> (starttime, comm, title)
+        self._title: dict[int, tuple[int, str, str | None, float]] = {}  # pid -> (start, comm, title, created)
         self._cpu: dict[int, tuple[int, int, float]] = {}  # pid -> (starttime, utime+stime ticks, monotonic)
         self._under: dict[int, tuple[int, int]] = {}  # pid -> (starttime, root it was last seen under)
         self._full_at: float | None = None
         self._read_at: float | None = None
+        self._last: int | None = None  # /proc/loadavg's last pid at the last listing
+        # descendants' stat files stay open between reads (pread: no open/close, no path walk); an open
+        # /proc/PID/stat belongs to that process: once it is gone, reading it fails (no pid-reuse mix-up)
+        self._fds: dict[int, int] = {}
+        self.max_fds = max_fds
         self.stat_reads = 0  # for the benchmark: stat files read so far
 
     # ---------------------------------------------------------- /proc files
@@ -74,24 +80,54 @@ class ProcReader:
             pass
         return 0.0
 
-    def _stat(self, pid: int) -> tuple[int, str, int, int, int] | None:
-        """``(ppid, comm, starttime, cpu ticks, rss pages)`` from ``/proc/PID/stat``, or None if gone."""
+    def _stat(self, pid: int, keep: bool = False) -> tuple[int, str, int, int, int] | None:
+        """``(ppid, comm, starttime, cpu ticks, rss pages)`` from ``/proc/PID/stat``, or None if gone.
+        ``keep``: keep the file open for the next read (descendants, read every time)."""
         self.stat_reads += 1
         try:
-            fd = os.open(f"{self.root}/{pid}/stat", os.O_RDONLY)
-            try:
-                b = os.read(fd, 2048)
-            finally:
-                os.close(fd)
+            fd = self._fds.get(pid)
+            if fd is not None:
+                try:
+                    b = os.pread(fd, 2048, 0)
+                except OSError:
+                    self._drop_fd(pid)
+                    return None
+            else:
+                fd = os.open(f"{self.root}/{pid}/stat", os.O_RDONLY)
+                try:
+                    b = os.read(fd, 2048)
+                finally:
+                    if keep and len(self._fds) < self.max_fds:
+                        self._fds[pid] = fd
+                    else:
+                        os.close(fd)
+            if not b:
+                self._drop_fd(pid)
+                return None
             lp = b.index(b"(")
             rp = b.rindex(b")")
-            f = b[rp + 2 :].split()
+            f = b[rp + 2 :].split(None, 22)  # the fields up to rss; not the 30 after it
             if f[0] in (b"Z", b"X"):  # exited, not yet reaped: nothing left to show
                 return None
             return (int(f[1]), b[lp + 1 : rp].decode(errors="replace"), int(f[19]), int(f[11]) + int(f[12]),
                     int(f[21]))
         except (OSError, ValueError, IndexError):
             return None
+
+    def _drop_fd(self, pid: int) -> None:
+        fd = self._fds.pop(pid, None)
+        if fd is not None:
+            os.close(fd)
+
+    def close(self) -> None:
+        for pid in list(self._fds):
+            self._drop_fd(pid)
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown: nothing to do
+            pass
 
     def _cmdline_title(self, pid: int) -> str | None:
         try:
@@ -104,7 +140,8 @@ class ProcReader:
             return None
         # setproctitle leaves one field (then NUL padding); otherwise argv, as ps shows it
         words = [w for w in b.split(b"\0") if w]
-        return b" ".join(words)[:256].decode(errors="replace").strip() or None
+        # one line: a `python -c` program's newlines and tabs become spaces
+        return " ".join(b" ".join(words)[:256].decode(errors="replace").split()) or None
 
     # ---------------------------------------------------------- the index
 
@@ -119,10 +156,13 @@ class ProcReader:
         self._comm.pop(pid, None)
         self._start.pop(pid, None)
         self._engine.discard(pid)
+        self._drop_fd(pid)
 
     def _index(self, pid: int, st: tuple[int, str, int, int, int]) -> None:
         ppid, comm, start = st[0], st[1], st[2]
         old = self._ppid.get(pid)
+        if old == ppid and self._comm.get(pid) == comm and self._start.get(pid) == start:
+            return  # as it was (every descendant, every read)
         if old != ppid:
             if old is not None:
                 sib = self._kids.get(old)
@@ -139,10 +179,23 @@ class ProcReader:
         else:
             self._engine.discard(pid)
 
+    def _last_pid(self) -> int | None:
+        """The pid the kernel gave out last (``/proc/loadavg``'s fifth field): unchanged, nothing (no
+        process, no thread) was created since."""
+        try:
+            with open(f"{self.root}/loadavg", "rb") as f:
+                return int(f.read().split()[4])
+        except (OSError, ValueError, IndexError):
+            return None
+
     def _listing(self, now: float) -> None:
-        names = {n for n in os.listdir(self.root) if n.isdigit()}
         full = (self._full_at is None or now - self._full_at > self.full_every_s
                 or self._read_at is None or now - self._read_at > self.gap_s)
+        last = self._last_pid()
+        if not full and last is not None and last == self._last:
+            return  # no new process: the index stands (the gone are noticed when read)
+        self._last = last
+        names = {n for n in os.listdir(self.root) if n.isdigit()}
         if full:
             self._ppid.clear()
             self._kids.clear()
@@ -176,16 +229,14 @@ class ProcReader:
         ppid, comm, start, ticks, rss = st
         t = self._title.get(pid)
         if t is None or t[0] != start or t[1] != comm:
-            title = self._cmdline_title(pid) or f"[{comm}]"
-            self._title[pid] = (start, comm, title)
-        else:
-            title = t[2]
+            t = self._title[pid] = (start, comm, self._cmdline_title(pid) or f"[{comm}]",
+                                    round(self._boot_s + start / self._hz, 2))
         prev = self._cpu.get(pid)
         cpu = None
         if prev is not None and prev[0] == start and now > prev[2]:
             cpu = round(max(0.0, (ticks - prev[1]) / self._hz / (now - prev[2]) * 100.0), 1)
         self._cpu[pid] = (start, ticks, now)
-        return (pid, ppid, title, cpu, rss * self._page, round(self._boot_s + start / self._hz, 2))
+        return (pid, ppid, t[2], cpu, rss * self._page, t[3])
 
     def _has_live_ray_ancestor(self, pid: int) -> bool:
         seen = 0
@@ -208,13 +259,17 @@ class ProcReader:
         root_set = set(roots)
         procs: list[Row] = []
         seen: dict[int, int] = {}  # descendant -> its root
+        kids_of = self._kids
         for r in roots:
-            stack = sorted(self._kids.get(r, ()), reverse=True)
+            first = kids_of.get(r)
+            if not first:  # most actors have no children
+                continue
+            stack = sorted(first, reverse=True)
             while stack:
                 pid = stack.pop()
                 if pid in seen or pid in root_set:
                     continue
-                st = self._stat(pid)
+                st = self._stat(pid, keep=True)
                 if st is None:
                     self._forget(pid)
                     continue
@@ -264,12 +319,14 @@ class ProcReader:
                 add_loose(pid, None)
         # the caller's GPU holders under no root and no live Ray worker (a Ray task's own GPU is its own)
         for pid in extra:
-            if (pid not in seen and pid not in done and pid not in root_set and str(pid) in self._names
+            if (pid not in seen and pid not in done and pid not in root_set and pid in self._ppid
                     and not self._comm.get(pid, "").startswith(RAY_PREFIX) and not self._has_live_ray_ancestor(pid)):
                 add_loose(pid, None)
-        # drop per-pid state of processes that are gone
+        # drop per-pid state of processes that are gone, and files of processes no longer below a root
         for cache in (self._title, self._cpu):
             for pid in [p for p in cache if p not in self._ppid]:
                 del cache[pid]
+        for pid in [p for p in self._fds if p not in seen]:
+            self._drop_fd(pid)
         self._read_at = now
         return {"taken_at": time.time(), "procs": procs, "loose": loose, "left_by": left_by}

@@ -44,7 +44,8 @@ class MainScreen(Screen):
         self.query_one(HeaderBar).show_snapshot(None, False, self.app.engine.connection_problem())
         self.query_one(ActorTable).focus()
         if self.app.demo is not None:
-            self.message("demo: press H to make one rank hang now, d to dump its group")
+            self.message("demo: H hangs a trainer rank, T a TP worker of the rollout server; d dumps a group, "
+                         "t shows an actor's processes")
         if self.app.snapshot is not None:  # a screen pushed later starts from what the app has
             self.show_snapshot(self.app.snapshot)
 
