@@ -10,11 +10,15 @@ Runs after the other scenario-cluster modules; leaves a DEAD ``vllm_server_0_0``
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -77,6 +81,31 @@ def test_trees_on_every_node(scenario_cluster, rollout, path):
         assert probes == [], probes  # removed when verltop ended
 
 
+def test_the_view_reads_another_node_only_when_asked(scenario_cluster, rollout):
+    """As the TUI on a head node sees its workers: nothing of the other nodes is read (no probe, processes
+    null, ray not imported) until the user asks for a node (`t`); then that node only, through one probe,
+    re-read while it is on screen; the probe goes when the view does. (In its own process: see remote_view.)"""
+    c = scenario_cluster
+    v = rollout["vllm"]
+    probes = lambda: {a["actor_id"]: a for a in c.dashboard.rows("actors", detail="true")  # noqa: E731
+                      if a["class_name"].endswith("VerltopProbe")}
+    before = set(probes())
+    env = {k: val for k, val in os.environ.items() if k not in ("RAY_DASHBOARD_ADDRESS",)}
+    env.update(RAY_ADDRESS=c.gcs, RAY_AUTH_MODE="token")
+    p = subprocess.run([sys.executable, str(Path(__file__).with_name("remote_view.py")), c.address, v["node_id"],
+                        v["actor_id"]], capture_output=True, text=True, timeout=240, env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    seen = json.loads(p.stdout.splitlines()[-1])
+    assert seen["before"] == {"processes": None, "orphans": None, "ray_imported": False}, seen
+    assert seen["asked"] == [[v["node_id"]], []] and "error" not in seen, seen
+    assert [t for _, _, t in seen["tree"]] == VLLM and seen["tree"][0][:2] == [v["engine"], v["server_pid"]]
+    assert seen["others_read"] == [v["node_id"]]  # only the node asked about
+    assert seen["reread_after_s"] is not None and seen["reread_after_s"] <= 10, seen
+    assert seen["orphans"] == []
+    new = {k: a for k, a in probes().items() if k not in before}
+    assert [a["node_id"] for a in new.values()] == [v["node_id"]] and {a["state"] for a in new.values()} == {"DEAD"}
+
+
 async def test_a_killed_server_leaves_an_orphan_engine(scenario_cluster, rollout):
     c = scenario_cluster
     v = rollout["vllm"]
@@ -114,7 +143,5 @@ async def _until(mon: Monitor, ok, what: str, timeout: float = 60.0):
         snap = mon.latest
         if snap is not None and ok(snap):
             return snap
-        import asyncio
-
         await asyncio.sleep(0.5)
     raise AssertionError(f"{what} not seen within {timeout:.0f} s: {mon.latest and mon.latest.orphans}")

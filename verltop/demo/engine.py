@@ -101,6 +101,13 @@ class Worker:
         torch.manual_seed(seed + rank)
         self.weight = torch.randn(HIDDEN, HIDDEN) / HIDDEN**0.5
         self.rng = random.Random(seed * 100 + rank)
+        # on a machine with GPUs, VERLTOP_DEMO_GPU_MB makes each rank hold (rank + 1) x that much GPU memory,
+        # as a real engine's KV cache does (how verltop's GPU attribution to child processes was checked)
+        mb = int(os.environ.get("VERLTOP_DEMO_GPU_MB") or 0)
+        self.kv_cache = None
+        if mb and torch.cuda.is_available():
+            dev = torch.device("cuda", rank % torch.cuda.device_count())
+            self.kv_cache = torch.ones((rank + 1) * mb * (1 << 20), dtype=torch.uint8, device=dev)
 
     def _burst(self, seconds: float) -> Any:
         """Compute for ``DUTY`` of ``seconds`` in one burst, sleep the rest."""

@@ -345,7 +345,7 @@ class Monitor(Engine):
         if cpu_window_s > 0 and (self.src.local.value is not None or self.remote.trees):
             await asyncio.sleep(max(0.0, cpu_window_s - (time.monotonic() - t0)))
             if self.sampler is not None and self.src.local.value is not None:
-                await self._poll_local()
+                await self._poll_local(tree_now=True)
             await self._read_trees([n for n in remote if n in self.remote.trees])
 
     async def seed_roles(self) -> None:
@@ -594,28 +594,15 @@ class Monitor(Engine):
             await self._read_trees(self.remote.due(self._focus, time.time()))
 
     async def _read_trees(self, node_ids: list[str]) -> None:
-        if not node_ids:
-            return
-        roots: dict[str, list[int]] = {}
-        for a in self._actors_on(set(node_ids)):
-            if a.pid:
-                roots.setdefault(a.node_id or "", []).append(a.pid)
-        gpu_pids: dict[str, list[int]] = {}
-        for n in self.data().nodes:
-            if n.node_id in roots:
-                held = {pid for g in n.gpus for pid, _, _ in g.processes} - set(roots[n.node_id])
-                gpu_pids[n.node_id] = sorted(held)
-        if await self.remote.read([n for n in node_ids if n in roots], roots, gpu_pids):
+        if node_ids and await self.remote.read_nodes(node_ids, self._actors_on(set(node_ids)), self.data().nodes):
             self._dirty.set()
-        elif self.remote.error is not None:
-            self._dirty.set()  # the header says why
 
-    async def _poll_local(self) -> None:
+    async def _poll_local(self, tree_now: bool = False) -> None:
         if self.sampler is None:
             return
         pids = {a.pid for a in self._actors_on(self.candidate_local_ids()) if a.pid}
         try:
-            s = await asyncio.to_thread(self.sampler.sample, pids)
+            s = await asyncio.to_thread(self.sampler.sample, pids, tree_now)
         except Exception as e:
             log.error("local sampling failed", exc_info=True)
             self._record(self.src.local, D.Result(None, Problem("internal", f"local sampling failed: {one_line(e)}"),

@@ -12,7 +12,7 @@ import asyncio
 import time
 from collections.abc import Iterable, Mapping
 
-from verltop.model import Problem, ProcTree
+from verltop.model import Node, Problem, ProcTree, RawActor
 from verltop.sources.pyspy import DumpOptions
 
 
@@ -44,6 +44,18 @@ class RemoteTrees:
     def _read_at(self, node_id: str) -> float:
         t = self.trees.get(node_id)
         return t.taken_at if t is not None else 0.0
+
+    async def read_nodes(self, node_ids: list[str], actors: Iterable[RawActor], nodes: Iterable[Node]) -> bool:
+        """Read ``node_ids``: roots are the pids of ``actors`` there (live ones), ``extra`` the pids that hold
+        GPU memory there (the dashboard's per-GPU lists). True when anything changed (a tree, or an error)."""
+        roots: dict[str, list[int]] = {}
+        for a in actors:
+            if a.pid and a.node_id in node_ids and a.state == "ALIVE":
+                roots.setdefault(a.node_id, []).append(a.pid)
+        gpu_pids = {n.node_id: sorted({pid for g in n.gpus for pid, _, _ in g.processes} - set(roots[n.node_id]))
+                    for n in nodes if n.node_id in roots}
+        before = self.error
+        return await self.read([n for n in node_ids if n in roots], roots, gpu_pids) or self.error != before
 
     async def read(self, node_ids: list[str], roots: Mapping[str, list[int]],
                    gpu_pids: Mapping[str, list[int]]) -> bool:

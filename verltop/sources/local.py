@@ -199,13 +199,17 @@ class LocalSampler:
                             error=Problem("processes", f"cannot read processes: {one_line(e, 120)}"))
         return tree_from_plain(plain, roots)
 
-    def sample(self, pids: set[int]) -> LocalSample:
+    def sample(self, pids: set[int], tree_now: bool = False) -> LocalSample:
+        """Processes, GPUs, and the tree (every ``tree_every_s``, when the roots change, or ``tree_now``)."""
         procs = self.sample_procs(pids)
-        gpus, err = self.sample_gpus(pids)
+        # NVML's pids may be the host's: map the known descendants' too (their GPU memory is their actor's)
+        kids = {p.pid for p in self._tree.procs} if self._tree is not None else set()
+        gpus, err = self.sample_gpus(pids | kids)
         self._last_util_ts = int(time.time() * 1e6) - 1_000_000
         roots = set(procs)
         tree = self._tree
-        if tree is None or set(tree.roots) != roots or time.time() - tree.taken_at >= self.tree_every_s - 0.05:
+        if (tree_now or tree is None or set(tree.roots) != roots
+                or time.time() - tree.taken_at >= self.tree_every_s - 0.05):
             tree = self._tree = self.sample_tree(roots, gpus)
         return LocalSample(time.time(), procs, gpus, err, tree)
 
