@@ -52,7 +52,9 @@ def main() -> int:
 
     ray.init(address="auto", logging_level="ERROR", log_to_driver=False)
     state = out / "state"
-    server = ray.remote(vLLMHttpServer).options(name=SERVER_NAME, num_cpus=0).remote(str(state))
+    # the engine in a session of its own, so that the kill below leaves it (Ray 2.60 kills a dead worker's
+    # process group: an engine in the server's group dies with the server, as the first capture showed)
+    server = ray.remote(vLLMHttpServer).options(name=SERVER_NAME, num_cpus=0).remote(str(state), 0, 2, True)
     info = ray.get(server.launch_server.remote(), timeout=300)
     ray.get(server.generate.remote([1, 2, 3], "warm-up"), timeout=120)  # one batch through the TP workers
     node_id = ray.get_runtime_context().get_node_id()

@@ -321,7 +321,10 @@ class Host:
         out: dict[str, Any] = {}
         shapes = str(Path(__file__).resolve().parent.parent / "proc_shapes.py")
         for kind, cls, name, node, args, call in (
-                ("vllm", vLLMHttpServer, "vllm_server_0_0", workers[0], (str(Path(self.state_dir, "rollout")),), ()),
+                # its engine in a session of its own, so that a killed server leaves it behind (Ray 2.60 kills
+                # a dead worker's own process group)
+                ("vllm", vLLMHttpServer, "vllm_server_0_0", workers[0],
+                 (str(Path(self.state_dir, "rollout")), 0, 2, True), ()),
                 ("sglang", SGLangHttpServer, "sglang_server_0_0", workers[1], (), (shapes,))):
             h = ray.remote(cls).options(name=name, num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
                 node, soft=False)).remote(*args)

@@ -46,10 +46,14 @@ def _record_pid(state_dir: str, role: str, rank: int) -> None:
 class vLLMHttpServer:
     """The rollout server: owns the engine process and answers ``generate`` for the agent loops."""
 
-    def __init__(self, state_dir: str, seed: int = 0, tp: int = TP_SIZE) -> None:
+    def __init__(self, state_dir: str, seed: int = 0, tp: int = TP_SIZE, detached_engine: bool = False) -> None:
+        """``detached_engine``: start the engine in a session of its own, as a launcher that calls setsid
+        does. Ray ≥ 2.57 kills a dead worker's process group (``RAY_process_group_cleanup_enabled``), so an
+        engine in the server's group dies with it; a detached one is left behind, holding what it holds."""
         self.state_dir = state_dir
         self.seed = seed
         self.tp = tp
+        self.detached_engine = detached_engine
         self._engine: subprocess.Popen[str] | None = None
         self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._ids = itertools.count()
@@ -67,7 +71,8 @@ class vLLMHttpServer:
         self._engine = subprocess.Popen(
             [sys.executable, "-m", "verltop.demo.engine", "core", "--tp", str(self.tp), "--dp-rank", "0",
              "--state-dir", self.state_dir, "--seed", str(self.seed)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1, env=env)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1, env=env,
+            start_new_session=self.detached_engine)
         ready = await asyncio.to_thread(self._engine.stdout.readline)  # type: ignore[union-attr]
         if not ready:
             raise RuntimeError(f"the engine exited while starting (rc={self._engine.poll()})")

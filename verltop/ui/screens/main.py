@@ -269,7 +269,8 @@ class MainScreen(Screen):
         if started:
             self.message(f"reading the processes on {where} through a probe actor (a few seconds the first time)")
         elif self.app.engine.live:
-            self.message(f"processes on {where}: asked already, waiting for the probe (see the header)")
+            self.message(f"the processes on {where} are being read: they show with a coming refresh "
+                         "(a probe's problem shows in the header)")
         else:
             self.message("processes were not recorded here")
 
