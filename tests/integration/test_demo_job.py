@@ -108,8 +108,15 @@ def test_running_tasks_cycle_through_phases(demo, dashboard):
              if not n.endswith("_init_model")}
     assert not extra, extra
 
-    # Short phases may fall between polls, but each has run by now (finished attempts are listed too).
-    all_names = Counter(t["name"] for t in dashboard.rows("tasks", limit=10000))
+    # Short phases may fall between polls, but each has run by now (finished attempts are listed too); the
+    # last one of step 1 (the rollout server's weight load) ends as step 2 starts and its event reaches the
+    # dashboard a moment later.
+    deadline = time.monotonic() + 20
+    while True:
+        all_names = Counter(t["name"] for t in dashboard.rows("tasks", limit=10000))
+        if all(all_names[phase] for phase in PHASES) or time.monotonic() > deadline:
+            break
+        time.sleep(1)
     for phase in PHASES:
         assert all_names[phase] > 0, f"{phase} never ran: {sorted(all_names)}"
     # init_model ran once in every process of every role; get_master_addr_port once per group.
