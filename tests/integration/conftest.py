@@ -18,6 +18,11 @@ Contract (other test modules rely on it):
   ``collective_rpc``, ``vLLMHttpServer.update_weights`` awaits the engine and ``TaskRunner.run`` waits in
   ``ray.get``. ``hang_info()`` has ``"target": "tp1"`` and the worker's pid. Same rules as ``hung_demo``
   (released at the end of the module, which waits until that step is done); never both in one module.
+- ``sandbox_hung_demo`` (module scope): one sandbox child of ``reward_loop_worker_0`` (``python -I -S …/sandbox.py``)
+  never returns during generation: ``RewardLoopWorker.compute_score`` waits on it in an executor thread
+  (``subprocess.run``), ``agent_loop_worker_0``'s ``generate_sequences`` awaits that score, ``TaskRunner.run``
+  waits in ``ray.get`` in phase ``gen``. ``hang_info()`` has ``"target": "sandbox"`` and the sandbox's pid. Same
+  rules as ``hung_demo``.
 - The demo's actors besides the 8 WorkerDict ranks and the TaskRunner: ``vllm_server_0_0`` (``vLLMHttpServer``,
   children ``VLLM::EngineCore_DP0`` → ``VLLM::Worker_TP0``, ``VLLM::Worker_TP1``), ``agent_loop_worker_0``/``_1``
   (``AgentLoopWorker``) and ``reward_loop_worker_0`` (``RewardLoopWorker``, a short-lived sandbox child per
@@ -142,23 +147,33 @@ def hung_demo(demo: DemoHandle) -> Iterator[DemoHandle]:
         time.sleep(0.5)
 
 
-@pytest.fixture(scope="module")
-def tp_hung_demo(demo: DemoHandle) -> Iterator[DemoHandle]:
-    demo.request_hang("tp1")
+def _hang_target(demo: DemoHandle, target: str) -> Iterator[DemoHandle]:
+    """Hang ``target``, yield while hung, then release and wait until the job is past that step's phase."""
+    demo.request_hang(target)
     deadline = time.monotonic() + HANG_WAIT_S
-    while not (demo.hung() and (demo.hang_info() or {}).get("target") == "tp1"):
-        assert time.monotonic() < deadline, f"no TP hang after {HANG_WAIT_S}s: {demo.progress()}"
+    while not (demo.hung() and (demo.hang_info() or {}).get("target") == target):
+        assert time.monotonic() < deadline, f"no {target} hang after {HANG_WAIT_S}s: {demo.progress()}"
         time.sleep(0.5)
-    hung_step = demo.progress().get("step")
+    hung = demo.progress()
     yield demo
     demo.release_hang()
     deadline = time.monotonic() + RELEASE_WAIT_S
     while True:
         p = demo.progress()
-        if not demo.hung() and (p.get("step", 0) > hung_step or p.get("phase") == "done"):
+        if not demo.hung() and (p.get("step", 0) > hung["step"] or p.get("phase") != hung["phase"]):
             break
         assert time.monotonic() < deadline, f"job did not resume within {RELEASE_WAIT_S}s: {p}"
         time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def tp_hung_demo(demo: DemoHandle) -> Iterator[DemoHandle]:
+    yield from _hang_target(demo, "tp1")
+
+
+@pytest.fixture(scope="module")
+def sandbox_hung_demo(demo: DemoHandle) -> Iterator[DemoHandle]:
+    yield from _hang_target(demo, "sandbox")
 
 
 # ------------------------------------------------------------------------------------ scenario cluster
