@@ -285,7 +285,7 @@ class MainScreen(Screen):
             self.message(f"could not request the hang: {e}", "error")
             return
         self.message("demo: hang requested — TP worker 1 of vllm_server_0_0 will stop loading weights at the "
-                     "next weight sync; press t on the server to see its processes")
+                     "next weight sync (its processes are under the server's row: t opens or closes them)")
 
     def action_inject_hang(self) -> None:
         demo = self.app.demo
