@@ -358,7 +358,10 @@ def main() -> int:
          "first_ranks": lambda: child_first_ranks(rest[0])}[mode]()
         return 0
     rows: list[tuple] = []
-    steps = [bench_merge, bench_dump_local, lambda: bench_ui(a.quick)]
+    from bench_processes import bench_processes
+
+    steps = [bench_merge, bench_dump_local, lambda: bench_ui(a.quick),
+             lambda: bench_processes(polls=10 if a.quick else 40)]
     if not (a.quick or a.no_live):
         steps.append(lambda: bench_live(a.quick))
     for step in steps:

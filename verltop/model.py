@@ -108,6 +108,26 @@ class ProcStat:
     rss_bytes: int | None
     create_time_s: float | None = None
     title: str | None = None
+    ppid: int | None = None  # set where the process tree was read (/proc here, a probe elsewhere)
+
+
+@dataclass(frozen=True, slots=True)
+class ProcTree:
+    """One machine's processes below the given root pids (the live actors' processes there), and the loose
+    ones that belong to no root: orphan candidates. Read from /proc here, through a probe on other nodes.
+
+    ``procs``: every descendant of a root (``ppid`` set), parents before their children. ``loose``: processes
+    under no root that were seen under one before (``left_by``: pid -> that root's pid), that carry an
+    inference engine's title (``VLLM::…``, ``sglang::…``) with no live Ray worker above them, or that hold GPU
+    memory (pids asked about by the caller)."""
+
+    taken_at: float
+    roots: tuple[int, ...]
+    procs: tuple[ProcStat, ...] = ()
+    loose: tuple[ProcStat, ...] = ()
+    left_by: tuple[tuple[int, int], ...] = ()
+    node_id: str | None = None  # the node a probe read it on; None: this machine (every local node)
+    error: Problem | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +147,37 @@ class Node:
 
 
 # ---------------------------------------------------------------- analysed rows
+
+
+@dataclass(slots=True, eq=True)
+class ProcRow:
+    """A process below an actor (its descendant: an inference engine, a TP worker, a sandbox) or an orphan
+    (it holds GPU memory, or was an actor's, and no live actor is above it). ``snapshot --json`` writes the
+    first seven fields for ``actors[].processes`` and adds ``node_ip`` and ``actor_id`` for ``orphans``.
+
+    Not frozen, like ``ActorRow`` and for the same reason (built by the thousand every snapshot); treat it as
+    immutable all the same."""
+
+    pid: int
+    ppid: int | None
+    title: str | None  # /proc/PID/cmdline's first field: what setproctitle set (VLLM::Worker_TP1)
+    cpu_percent: float | None
+    rss_bytes: int | None
+    gpu_index: int | None  # the GPU where it holds the most memory
+    gpu_mem_bytes: int | None  # its memory on every GPU
+    depth: int = 1  # 1: a child of the actor, 2: a grandchild, ...; orphans: 1
+    node_id: str | None = None
+    node_ip: str | None = None
+    # a descendant: its actor; an orphan: the actor it was last seen under (now gone), if known
+    actor_id: str | None = None
+    gpu_mem_total_bytes: int | None = None  # that GPU's total (bars)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pid": self.pid, "ppid": self.ppid, "title": self.title, "cpu_percent": self.cpu_percent,
+                "rss_bytes": self.rss_bytes, "gpu_index": self.gpu_index, "gpu_mem_bytes": self.gpu_mem_bytes}
+
+    def orphan_json(self) -> dict[str, Any]:
+        return {**self.to_json(), "node_ip": self.node_ip, "actor_id": self.actor_id}
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,8 +252,13 @@ class ActorRow:
     # name, TORCH_NCCL_DEBUG_INFO_PIPE_FILE); paths only, never shown with other env values
     fr_dump_prefix: str | None = None
     fr_pipe_prefix: str | None = None
-    task_start_s: float | None = None
-    ras_addr: str | None = None  # NCCL_RAS_ADDR from the runtime env (where this rank's RAS thread listens)  # lets a view tick ages without a new snapshot
+    task_start_s: float | None = None  # lets a view tick ages without a new snapshot
+    ras_addr: str | None = None  # NCCL_RAS_ADDR from the runtime env (where this rank's RAS thread listens)
+    # its descendant processes (not its own), parents before children; their GPU memory is included in
+    # gpu_mem_bytes above. ``processes_read_at``: when they were read; None = not read (a node verltop cannot
+    # see into, or the actor is not alive): ``processes`` is then () and the JSON says null
+    processes: tuple[ProcRow, ...] = ()
+    processes_read_at: float | None = None
 
     def running_s(self, now: float) -> float | None:
         """Task age at ``now`` (the table ticks every second between snapshots)."""
@@ -241,6 +297,7 @@ class ActorRow:
             "stalled": self.stalled,
             "stall_reason": self.stall_reason,
             "stalls": [st.to_json() for st in self.stalls],
+            "processes": None if self.processes_read_at is None else [p.to_json() for p in self.processes],
         }
 
 
@@ -270,6 +327,9 @@ class Snapshot:
     progress_s: float | None = None
     truncated: str | None = None
     gpu_note: str | None = None  # why this machine's GPUs are not read (no NVML), if so
+    # processes with no live actor above them (an engine left behind by a dead server); None: no node's
+    # processes were read
+    orphans: tuple[ProcRow, ...] | None = None
 
     @property
     def age_s(self) -> float | None:
@@ -291,6 +351,7 @@ class Snapshot:
             "nodes": [node_json(n) for n in self.nodes],
             "actors": [a.to_json() for a in self.actors],
             "phase": self.phase,
+            "orphans": None if self.orphans is None else [o.orphan_json() for o in self.orphans],
         }
 
 

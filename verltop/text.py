@@ -5,7 +5,7 @@ from __future__ import annotations
 from verltop import fmt
 from verltop.analysis.collectives import calling_frame, collective_pending
 from verltop.analysis.merge import build_tree, compact_labels, rank_label, tree_text
-from verltop.model import DumpReport, Snapshot
+from verltop.model import DumpReport, ProcRow, Snapshot
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
@@ -35,9 +35,23 @@ def snapshot_text(s: Snapshot) -> str:
             fmt.pct(a.gpu_util_percent), fmt.size(a.gpu_mem_bytes), fmt.pct(a.cpu_percent), fmt.size(a.rss_bytes),
             a.state, a.task or "-", fmt.age(a.task_running_s), ("STALLED: " + a.stall_reason) if a.stalled else "",
         ])
+        for c in a.processes:
+            rows.append(_proc_cells(c, "  " * c.depth + "└ " + fmt.short_title(c.title), ""))
     table = _table(["GROUP", "ROLE", "RANK", "NODE", "PID", "GPU", "GPU%", "GMEM", "CPU%", "RSS", "STATE",
                     "TASK", "AGE", "STALL"], rows)
-    return "\n".join([*head, "", table])
+    out = [*head, "", table]
+    if s.orphans:
+        out += ["", "ORPHANS (processes with no live actor above them)"]
+        out.append(_table(["NODE", "PID", "PPID", "GPU", "GMEM", "CPU%", "RSS", "TITLE"], [
+            [o.node_ip or "-", str(o.pid), str(o.ppid or "-"), "-" if o.gpu_index is None else str(o.gpu_index),
+             fmt.size(o.gpu_mem_bytes), fmt.pct(o.cpu_percent), fmt.size(o.rss_bytes), o.title or "-"]
+            for o in s.orphans]))
+    return "\n".join(out)
+
+
+def _proc_cells(c: ProcRow, label: str, node: str) -> list[str]:
+    return ["", label, "", node, str(c.pid), "-" if c.gpu_index is None else str(c.gpu_index), "",
+            fmt.size(c.gpu_mem_bytes), fmt.pct(c.cpu_percent), fmt.size(c.rss_bytes), "", "", "", ""]
 
 
 def dump_text(r: DumpReport) -> str:

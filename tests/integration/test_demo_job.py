@@ -19,7 +19,9 @@ pytestmark = pytest.mark.ray
 WORKER_DICT = "create_colocated_worker_cls.<locals>.WorkerDict"
 NAME_RE = re.compile(r"^(?P<prefix>[A-Za-z0-9]{6})WorkerDict_(?P<pg>\d+):(?P<local_rank>\d+)$")
 PHASES = [
-    "WorkerDict.actor_rollout_generate_sequences",
+    "AgentLoopWorker.generate_sequences",
+    "vLLMHttpServer.generate",
+    "RewardLoopWorker.compute_score",
     "WorkerDict.rm_compute_rm_score",
     "WorkerDict.actor_rollout_compute_log_prob",
     "WorkerDict.ref_compute_ref_log_prob",
@@ -27,10 +29,12 @@ PHASES = [
     "WorkerDict.critic_update_critic",
     "WorkerDict.actor_rollout_update_actor",
     "WorkerDict.actor_rollout_update_weights",
+    "vLLMHttpServer.update_weights",
 ]
 # Phases long enough (>= ~0.5 s on every rank) to be caught RUNNING by a 0.5 s poll.
 LONG_PHASES = {
-    "WorkerDict.actor_rollout_generate_sequences",
+    "AgentLoopWorker.generate_sequences",
+    "vLLMHttpServer.generate",
     "WorkerDict.actor_rollout_compute_log_prob",
     "WorkerDict.critic_update_critic",
     "WorkerDict.actor_rollout_update_actor",
@@ -54,7 +58,11 @@ def test_dashboard_needs_the_token(demo, dashboard):
 def test_worker_dict_actors(dashboard):
     actors = [a for a in dashboard.rows("actors", detail="true") if a["state"] == "ALIVE"]
     classes = Counter(a["class_name"] for a in actors)
-    assert classes == {WORKER_DICT: 8, "TaskRunner": 1}, classes
+    assert classes == {WORKER_DICT: 8, "TaskRunner": 1, "vLLMHttpServer": 1, "AgentLoopWorker": 2,
+                       "RewardLoopWorker": 1}, classes
+    rollout = {a["name"]: a["class_name"] for a in actors if a["class_name"] != WORKER_DICT}
+    assert rollout == {"": "TaskRunner", "vllm_server_0_0": "vLLMHttpServer", "agent_loop_worker_0": "AgentLoopWorker",
+                       "agent_loop_worker_1": "AgentLoopWorker", "reward_loop_worker_0": "RewardLoopWorker"}, rollout
 
     groups: dict[str, list[dict[str, Any]]] = {}
     for a in actors:
@@ -96,11 +104,19 @@ def test_running_tasks_cycle_through_phases(demo, dashboard):
     assert seen >= LONG_PHASES, f"missing {LONG_PHASES - seen}; seen {sorted(seen)}"
     assert demo.progress().get("step", 0) >= 2, demo.progress()
     # init_model rows may lag the same way at the start.
-    extra = {n for n in seen - set(PHASES) - {"TaskRunner.run"} if not n.endswith("_init_model")}
+    extra = {n for n in seen - set(PHASES) - {"TaskRunner.run", "vLLMHttpServer.launch_server"}
+             if not n.endswith("_init_model")}
     assert not extra, extra
 
-    # Short phases may fall between polls, but each has run by now (finished attempts are listed too).
-    all_names = Counter(t["name"] for t in dashboard.rows("tasks", limit=10000))
+    # Short phases may fall between polls, but each has run by now (finished attempts are listed too); the
+    # last one of step 1 (the rollout server's weight load) ends as step 2 starts and its event reaches the
+    # dashboard a moment later.
+    deadline = time.monotonic() + 20
+    while True:
+        all_names = Counter(t["name"] for t in dashboard.rows("tasks", limit=10000))
+        if all(all_names[phase] for phase in PHASES) or time.monotonic() > deadline:
+            break
+        time.sleep(1)
     for phase in PHASES:
         assert all_names[phase] > 0, f"{phase} never ran: {sorted(all_names)}"
     # init_model ran once in every process of every role; get_master_addr_port once per group.

@@ -4,11 +4,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from verltop.analysis import processes as P
 from verltop.analysis import ras as RAS
 from verltop.analysis import roles as R
 from verltop.analysis.history import TaskHistory
 from verltop.analysis.stalls import StallSettings, TaskView, stalls_for
-from verltop.model import ActorRow, Gpu, Node, ProcStat, RasReport, RawActor, RawTask, Snapshot, SourceStatus
+from verltop.model import (
+    ActorRow,
+    Gpu,
+    Node,
+    ProcStat,
+    ProcTree,
+    RasReport,
+    RawActor,
+    RawTask,
+    Snapshot,
+    SourceStatus,
+)
 
 _NO_STALL_ROLES = ("controller", "other")
 
@@ -28,6 +40,8 @@ class ClusterData:
     sources: tuple[SourceStatus, ...] = ()
     truncated: str | None = None
     ras: RasReport | None = None  # NCCL RAS, read while a stall is suspected
+    local_tree: ProcTree | None = None  # this machine's processes below the local actors
+    remote_trees: tuple[ProcTree, ...] = ()  # other nodes', read through a probe (node_id set)
 
 
 def group_key(ident: R.Identity, class_name: str) -> str:
@@ -79,6 +93,8 @@ def build_snapshot(
     procs_by_node: dict[str, dict[int, ProcStat]] = {
         n.node_id: {p.pid: p for p in n.procs} for n in data.nodes if n.procs
     }
+    trees = P.tree_views(data.local_tree, data.local_node_ids, data.local_gpus, data.remote_trees, nodes)
+    attach = P.by_actor(data.actors, trees, nodes)
 
     # Roles of colocated workers are shared by their worker group: ranks run the same methods.
     idents = {a.actor_id: R.identity(a) for a in data.actors}
@@ -135,6 +151,14 @@ def build_snapshot(
             if gpu_hit is None:
                 gpu_hit = gpus_by_node.get(a.node_id or "", {}).get(a.pid)
         gpu, gpu_mem = gpu_hit if gpu_hit else (None, None)
+        gpu_total = gpu.mem_total_bytes if gpu else None
+        att = attach.get(a.actor_id)
+        if att is not None and att.gpu_mem_bytes:
+            # its children's GPU memory is the actor's too (a rollout server's engine holds it, not the actor)
+            used = {id(g): g for g in (gpu, *att.gpus) if g is not None}
+            gpu_mem = (gpu_mem or 0) + att.gpu_mem_bytes
+            gpu = gpu or att.gpu
+            gpu_total = sum(g.mem_total_bytes or 0 for g in used.values()) or None
 
         row = ActorRow(
             actor_id=a.actor_id,
@@ -155,7 +179,7 @@ def build_snapshot(
             gpu_index=gpu.index if gpu else None,
             gpu_util_percent=gpu.util_percent if gpu else None,
             gpu_mem_bytes=gpu_mem,
-            gpu_mem_total_bytes=gpu.mem_total_bytes if gpu else None,
+            gpu_mem_total_bytes=gpu_total,
             cpu_percent=cpu,
             rss_bytes=proc.rss_bytes if proc else None,
             host_mem_total_bytes=node.mem_total_bytes if node else None,
@@ -165,6 +189,8 @@ def build_snapshot(
             fr_pipe_prefix=ident.fr_pipe_prefix,
             task_start_s=start_s,
             ras_addr=ident.ras_addr,
+            processes=att.processes if att else (),
+            processes_read_at=att.read_at if att else None,
         )
         if role not in _NO_STALL_ROLES or not alive:
             view = TaskView(
@@ -202,6 +228,7 @@ def build_snapshot(
         progress_s=progress,
         truncated=data.truncated,
         gpu_note=data.local_gpu_error,
+        orphans=P.orphans(trees, data.actors, nodes) if trees else None,
     )
 
 

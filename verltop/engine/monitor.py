@@ -23,6 +23,7 @@ from verltop.convert import one_line
 from verltop.engine import nccl_ras
 from verltop.engine.base import Engine
 from verltop.engine.dumps import DumpJob, ProgressFn
+from verltop.engine.trees import RemoteTrees
 from verltop.model import (
     ActorRow,
     Node,
@@ -58,6 +59,8 @@ class Intervals:
     local_s: float = 1.0
     timeout_s: float = 10.0
     max_node_details: int = 8  # remote /nodes/{id} calls per cycle
+    # process trees of other nodes (through a probe): only nodes asked about, while on screen
+    trees_s: float = 10.0
 
     @classmethod
     def every(cls, interval_s: float, timeout_s: float = 10.0) -> Intervals:
@@ -123,6 +126,7 @@ class Monitor(Engine):
         self.sampler = LocalSampler(use_nvml=use_nvml) if use_local else None
         self._local_addrs = local_addresses() if use_local else set()
         self._tasks: list[asyncio.Task] = []
+        self.remote = RemoteTrees(interval_s=self.iv.trees_s)
         self._detail_cursor = 0
         self.truncated: str | None = None
         self.seeded = False
@@ -150,6 +154,17 @@ class Monitor(Engine):
     def set_focus(self, node_ids: Iterable[str]) -> None:
         self._focus = dict.fromkeys(node_ids)
 
+    def want_processes(self, node_ids: Iterable[str]) -> list[str]:
+        """Read the process trees of these nodes (through a probe: other nodes only; this machine's are
+        read every local poll), now and then every ``trees_s`` while they are on screen. Returns the
+        nodes that will be read now (those not asked about before)."""
+        local = self.local_node_ids()
+        new = self.remote.ask(n for n in node_ids if n and n not in local)
+        if new:
+            self._tasks.append(asyncio.create_task(self._guarded(lambda: self._read_trees(new), None),
+                                                   name="verltop-trees-now"))
+        return new
+
     @property
     def has_data(self) -> bool:
         return self.src.actors.ok_at is not None
@@ -173,6 +188,7 @@ class Monitor(Engine):
             (self._poll_nodes, lambda: self.iv.nodes_s, self.src.nodes),
             (self._poll_node_details, lambda: self.iv.node_detail_s, None),
             (self._poll_roles, lambda: ROLES_EVERY_S, None),
+            (self._poll_trees, lambda: min(2.0, self.iv.trees_s), None),
         ]
         if self.use_local:
             loop_specs.append((self._poll_local, lambda: self.iv.local_s, self.src.local))
@@ -189,6 +205,7 @@ class Monitor(Engine):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         self._tasks.clear()
+        await self.remote.close()
         await self.client.close()
         if self.sampler:
             await asyncio.to_thread(self.sampler.close)
@@ -299,11 +316,13 @@ class Monitor(Engine):
     # ---------------------------------------------------------- one-shot
 
     async def poll_once(self, seed: bool = True, node_details: bool = True, cpu_window_s: float = 0.0,
-                        ras: bool = False) -> None:
+                        ras: bool = False, remote_processes: bool = False) -> None:
         """Every source once, concurrently (``verltop snapshot``; ``dump`` skips the per-worker CPU/RSS of
         ``node_details``, which it does not show). With ``cpu_window_s``, local processes are sampled twice
         that far apart, so CPU % measures something. With ``ras``, NCCL RAS is asked too when a local rank
-        can run NCCL (a one-shot command has no earlier snapshot to tell whether something looks stalled)."""
+        can run NCCL (a one-shot command has no earlier snapshot to tell whether something looks stalled).
+        ``remote_processes``: the process trees of every other node with actors too, through a probe
+        (imports ray)."""
         jobs = [self._poll_actors(), self._poll_tasks(), self._poll_nodes()]
         if seed:
             jobs.append(self._seed_history())
@@ -316,9 +335,18 @@ class Monitor(Engine):
             addrs = self.ras_addresses(self.snapshot().actors)
             if addrs:
                 self.ras, self.ras_problems = await nccl_ras.read(addrs, self.iv.timeout_s)
-        if cpu_window_s > 0 and self.sampler is not None and self.src.local.value is not None:
+        remote: list[str] = []
+        if remote_processes:
+            local = self.local_node_ids()
+            remote = sorted({a.node_id for a in self._actors_on(self._known_nodes()) if a.node_id and
+                             a.node_id not in local})
+            self.remote.ask(remote)
+            await self._read_trees(remote)
+        if cpu_window_s > 0 and (self.src.local.value is not None or self.remote.trees):
             await asyncio.sleep(max(0.0, cpu_window_s - (time.monotonic() - t0)))
-            await self._poll_local()
+            if self.sampler is not None and self.src.local.value is not None:
+                await self._poll_local(tree_now=True)
+            await self._read_trees([n for n in remote if n in self.remote.trees])
 
     async def seed_roles(self) -> None:
         """Method names of finished tasks (no times): which roles idle colocated workers host."""
@@ -557,12 +585,24 @@ class Monitor(Engine):
         for nid in [k for k in self.node_details if k not in wanted]:
             del self.node_details[nid]
 
-    async def _poll_local(self) -> None:
+    def _known_nodes(self) -> set[str]:
+        return {n.node_id for n in (self.src.nodes.value or [])} | {a.node_id or "" for a in (self.src.actors.value or [])}
+
+    async def _poll_trees(self) -> None:
+        """Asked-about nodes on screen whose tree is older than ``trees_s``."""
+        if self.remote.asked:
+            await self._read_trees(self.remote.due(self._focus, time.time()))
+
+    async def _read_trees(self, node_ids: list[str]) -> None:
+        if node_ids and await self.remote.read_nodes(node_ids, self._actors_on(set(node_ids)), self.data().nodes):
+            self._dirty.set()
+
+    async def _poll_local(self, tree_now: bool = False) -> None:
         if self.sampler is None:
             return
         pids = {a.pid for a in self._actors_on(self.candidate_local_ids()) if a.pid}
         try:
-            s = await asyncio.to_thread(self.sampler.sample, pids)
+            s = await asyncio.to_thread(self.sampler.sample, pids, tree_now)
         except Exception as e:
             log.error("local sampling failed", exc_info=True)
             self._record(self.src.local, D.Result(None, Problem("internal", f"local sampling failed: {one_line(e)}"),
@@ -575,10 +615,17 @@ class Monitor(Engine):
     def _note_gpu_use(self, s: LocalSample) -> None:
         if not s.gpus:
             return
+        # a child's GPU counts for its actor's task (a rollout server's engine holds the GPU)
+        root_of: dict[int, int] = {}
+        if s.tree is not None:
+            roots = set(s.tree.roots)
+            for p in s.tree.procs:
+                if p.ppid is not None:
+                    root_of[p.pid] = p.ppid if p.ppid in roots else root_of.get(p.ppid, p.ppid)
         util_by_pid: dict[int, float | None] = {}
         for g in s.gpus:
             for pid, _, _ in g.processes:
-                util_by_pid[pid] = g.util_percent
+                util_by_pid[root_of.get(pid, pid)] = g.util_percent
         for t in self.src.tasks.value or []:
             if t.worker_pid in util_by_pid:
                 self.hist.note_gpu(t.task_id, util_by_pid[t.worker_pid])
@@ -595,6 +642,8 @@ class Monitor(Engine):
         procs: dict[int, ProcStat] = ls.procs if ls else {}
         statuses = [s.status(now) for s in self.src.all()
                     if (s is not self.src.local or self.use_local) and (s is not self.src.engine or s.error)]
+        if self.remote.asked:  # no age: a node off screen is not re-read, and that is not staleness
+            statuses.append(SourceStatus("processes", None, self.remote.error))
         return ClusterData(
             address=self.endpoint.address,
             actors=tuple(self.src.actors.value or ()),
@@ -607,6 +656,8 @@ class Monitor(Engine):
             sources=tuple(statuses),
             truncated=self.truncated,
             ras=self.ras,
+            local_tree=ls.tree if ls else None,
+            remote_trees=tuple(self.remote.trees.values()),
         )
 
     async def snapshot_async(self, now: float | None = None) -> Snapshot:

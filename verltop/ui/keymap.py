@@ -21,8 +21,13 @@ MAIN = [
     Binding("j", "cursor_down", "Down", show=False, tooltip="move down", id="down"),
     Binding("k", "cursor_up", "Up", show=False, tooltip="move up", id="up"),
     Binding("escape", "clear_filter", "Clear filter", show=False, tooltip="clear the filter", id="clear-filter"),
+    Binding("t", "toggle_tree", "Processes", show=False, tooltip="show / hide the child processes of the "
+            "selected actor or group (other nodes: read through a probe)", id="toggle-tree"),
     Binding("H", "inject_hang", "Hang (demo)", show=False, key_display="H",
             tooltip="(verltop demo only) make one rank hang now", id="inject-hang"),
+    Binding("T", "inject_tp_hang", "TP hang (demo)", show=False, key_display="T",
+            tooltip="(verltop demo only) make TP worker 1 of the rollout server hang while it loads weights",
+            id="inject-tp-hang"),
 ]
 
 TABLE = [
