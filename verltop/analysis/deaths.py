@@ -121,23 +121,21 @@ def last_exception(text: str) -> str | None:
 
 
 def _signal(log: str) -> Death | None:
-    m = None
-    for m in _FATAL.finditer(log):
-        pass
+    m = _last(_FATAL, log)
     if m is not None:
         return Death("signal", f"{_FATAL_SIGNALS[m.group(1)]} (Fatal Python error: {m.group(1)})")
-    sig = None
-    for sig in _RAY_SIGNAL.finditer(log):
-        pass
-    if sig is not None:
-        return Death("signal", sig.group(1))
-    ex = None
-    for ex in _EXITED_SIGNAL.finditer(log):
-        pass
-    if ex is not None:
-        n = int(ex.group(1) or ex.group(2))
+    m = _last(_RAY_SIGNAL, log)
+    if m is not None:
+        return Death("signal", m.group(1))
+    m = _last(_EXITED_SIGNAL, log)
+    if m is not None:
+        n = int(m.group(1) or m.group(2))
         return Death("signal", _SIGNALS.get(n, f"signal {n}"))
     return None
+
+
+def _last(rx: re.Pattern[str], text: str) -> re.Match[str] | None:
+    return next(reversed(list(rx.finditer(text))), None)
 
 
 def _exit(cause: str) -> Death | None:

@@ -46,11 +46,16 @@ def compact_labels(labels: Iterable[str]) -> str:
 
 def rank_label(r: RankDump) -> str:
     a = r.actor
+    if r.is_driver:
+        return "driver"
     if a.role == "controller":
-        return "controller"
-    if a.worker_group and a.rank is not None:
-        return f"{a.worker_group}:{a.rank}"
-    return a.actor_name or a.actor_id[:8]
+        base = "controller"
+    elif a.worker_group and a.rank is not None:
+        base = f"{a.worker_group}:{a.rank}"
+    else:
+        base = a.actor_name or a.actor_id[:8]
+    # a child process: "vllm_server_0_0/VLLM::Worker_TP1 (pid 4242)" (titles repeat across servers and forks)
+    return f"{base}/{r.process} (pid {a.pid})" if r.process is not None else base
 
 
 def python_frames(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:

@@ -162,6 +162,7 @@ def build_snapshot(
             fr_dump_prefix=ident.fr_dump_prefix,
             fr_pipe_prefix=ident.fr_pipe_prefix,
             task_start_s=start_s,
+            death_text=a.death_text,
         )
         if role not in _NO_STALL_ROLES or not alive:
             view = TaskView(
