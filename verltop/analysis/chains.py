@@ -124,9 +124,7 @@ def _process_edges(g: Graph) -> None:
         waits_on_kids = a.kind == "children" or (a.kind == "idle" and r.process is None and r.actor.task)
         if not waits_on_kids or not kids:
             continue
-        # a worker at work explains its engine's wait better than a peer that waits with the others
-        busy = [k for k in kids if not g.act(k).waits]
-        for k in busy or kids:
+        for k in kids:  # peers waiting in a collective lead on to the one at work (collective edges)
             g.add(key, k, g.ranks[k].process)
 
 

@@ -82,8 +82,8 @@ def _runtime(f: Frame) -> bool:
 
 def _innermost_waits(frames: tuple[Frame, ...], upto: int) -> bool:
     """Are the frames inside ``frames[upto]`` wait primitives of the runtime (shm, zmq, threading...)?"""
-    inner = frames[:upto]
-    return bool(inner) and all(leaf(f.func) in _WAIT_PRIMITIVES or _SHM_WAIT.search(f.file) for f in inner)
+    inner = frames[:upto]  # none: the frame itself waits (in C: a queue's get, a sleep between polls)
+    return all(leaf(f.func) in _WAIT_PRIMITIVES or _SHM_WAIT.search(f.file) for f in inner)
 
 
 def thread_activity(t: ThreadStack) -> Activity:
@@ -122,7 +122,7 @@ def thread_activity(t: ThreadStack) -> Activity:
     k = _outermost_run(frames, _HTTP)
     if k is not None:
         return Activity("http", f"{_module(frames[k])}.{leaf(frames[k].func)}", caller_frame(frames, k + 1), name)
-    if _idle(frames):
+    if _idle(frames) or _loop_idle(frames):
         return Activity("idle", leaf(frames[0].func), thread=name)
     return Activity("busy", None, caller_frame(frames, 0), name)
 
@@ -156,6 +156,13 @@ def _idle(frames: tuple[Frame, ...]) -> bool:
     if any("actor_method_executor" in f.func or "function_executor" in f.func for f in frames):
         return False  # a Ray task runs on this thread: whatever it waits in is the task's wait
     return leaf(frames[0].func) in _WAIT_PRIMITIVES and all(_runtime(f) for f in frames)
+
+
+def _loop_idle(frames: tuple[Frame, ...]) -> bool:
+    """An asyncio loop waiting in its selector: every coroutine on it is suspended (awaiting), whoever
+    started the loop."""
+    i = _has(frames, {"_run_once"})
+    return i is not None and "asyncio" in frames[i].file and all(leaf(f.func) in _WAIT_PRIMITIVES for f in frames[:i])
 
 
 def process_activity(threads: tuple[ThreadStack, ...], title: str | None = None) -> Activity:
