@@ -30,7 +30,7 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def _kill_tree(p) -> None:  # noqa: ANN001
+def _kill_tree(p) -> None:
     with contextlib.suppress(psutil.Error):
         procs = [psutil.Process(p.pid), *psutil.Process(p.pid).children(recursive=True)]
         for q in procs:
@@ -53,14 +53,14 @@ def _wait_titles(pid: int, titles: set[str], timeout: float = 60) -> dict[str, i
         time.sleep(0.2)
 
 
-def _server_row(aid: str, pid: int, cls: str, name: str):  # noqa: ANN202
+def _server_row(aid: str, pid: int, cls: str, name: str):
     from dataclasses import replace
 
     return replace(row(aid, None, None, "rollout_server", task=f"{cls}.generate", pid=pid), class_name=cls,
                    actor_name=name, node_id="here")
 
 
-def _settled(rows, want, timeout: float = 90):  # noqa: ANN001, ANN202
+def _settled(rows, want, timeout: float = 90):
     """Dump until ``want(report)`` holds (the children take seconds to import torch and get in place)."""
     deadline = time.monotonic() + timeout
     while True:
@@ -70,13 +70,13 @@ def _settled(rows, want, timeout: float = 90):  # noqa: ANN001, ANN202
         time.sleep(0.5)
 
 
-def _op(rep, title: str):  # noqa: ANN001, ANN202
+def _op(rep, title: str):
     r = next((r for r in rep.ranks if r.process == title), None)
     return r.blocked_on.op if r is not None and r.blocked_on else None
 
 
-def _dump(rows, samples: int = 2):  # noqa: ANN001, ANN202
-    async def go():  # noqa: ANN202
+def _dump(rows, samples: int = 2):
+    async def go():
         cap = StackCapture(None, frozenset({"here"}), DumpOptions(samples=samples, interval_s=0.5))
         kids = await cap.children(rows)
         by_id = {r.actor_id: r for r in rows}
@@ -93,7 +93,7 @@ def _dump(rows, samples: int = 2):  # noqa: ANN001, ANN202
 
 
 @pytest.fixture(scope="module")
-def vllm_server(tmp_path_factory):  # noqa: ANN001, ANN201
+def vllm_server(tmp_path_factory):
     d = tmp_path_factory.mktemp("vllm")
     p = spawn("servers.vllm_server_main", str(d), 2, _port(), 1)
     try:
@@ -103,7 +103,7 @@ def vllm_server(tmp_path_factory):  # noqa: ANN001, ANN201
         _kill_tree(p)
 
 
-def test_vllm_shaped_server_names_the_hung_tp_worker(vllm_server):  # noqa: ANN001
+def test_vllm_shaped_server_names_the_hung_tp_worker(vllm_server):
     p, kids = vllm_server
     # until TP0 sits in the all_reduce that TP1 never joins
     rep = _settled([_server_row("srv", p.pid, "vLLMHttpServer", "vllm_server_0_0")],
@@ -132,7 +132,7 @@ def test_vllm_shaped_server_names_the_hung_tp_worker(vllm_server):  # noqa: ANN0
     assert "not in all_reduce with TP0" in sus[0]["reason"] and "_load_weights" in sus[0]["reason"]
 
 
-def test_sglang_shaped_server_names_tp0(tmp_path):  # noqa: ANN001
+def test_sglang_shaped_server_names_tp0(tmp_path):
     p = spawn("servers.sglang_server_main", str(tmp_path), 2, _port(), True)
     try:
         kids = _wait_titles(p.pid, {"sglang::scheduler_TP0", "sglang::scheduler_TP1", "sglang::detokenizer"})
@@ -149,7 +149,7 @@ def test_sglang_shaped_server_names_tp0(tmp_path):  # noqa: ANN001
     assert [s["pid"] for s in doc["suspects"]] == [kids["sglang::scheduler_TP0"]]
 
 
-def test_reward_sandbox_child_is_the_suspect(tmp_path):  # noqa: ANN001
+def test_reward_sandbox_child_is_the_suspect(tmp_path):
     p = spawn("servers.reward_main", "loop forever")
     try:
         deadline = time.monotonic() + 30

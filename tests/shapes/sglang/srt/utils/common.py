@@ -5,7 +5,7 @@ from __future__ import annotations
 import pickle
 
 
-def broadcast_pyobj(data: list, rank: int, group=None, src: int = 0) -> list:  # noqa: ANN001
+def broadcast_pyobj(data: list, rank: int, group=None, src: int = 0) -> list:
     import torch
     import torch.distributed as dist
 

@@ -25,7 +25,7 @@ def run_engine_core(directory: str, world: int, port: int, hang_tp: int) -> None
 
 
 class EngineCore:
-    def __init__(self, directory: Path, executor) -> None:  # noqa: ANN001
+    def __init__(self, directory: Path, executor) -> None:
         self.dir = directory
         self.model_executor = executor
         self.n = 0
