@@ -53,8 +53,8 @@ def classify(death_text: str | None, log_tail: str | None = None, collective: Co
     stderr (None when it could not be read), ``collective`` what the watchdog lines of that log named."""
     cause = death_text or ""
     log = _ANSI.sub("", log_tail or "")
-    return (_nccl_timeout(log, collective) or _cuda_oom(log, cause) or _host_oom(cause) or _exception(cause, log)
-            or _signal(log) or _exit(cause) or _unknown(cause))
+    return (_nccl_timeout(log, collective) or _cuda_oom(log, cause) or _host_oom(cause) or _runtime_env(cause)
+            or _exception(cause, log) or _signal(log) or _exit(cause) or _unknown(cause))
 
 
 def _nccl_timeout(log: str, c: CollectiveInfo | None) -> Death | None:
@@ -84,11 +84,18 @@ def _host_oom(cause: str) -> Death | None:
     if not _HOST_OOM.search(cause):
         return None
     line = _last_line(cause, _HOST_OOM) or cause
-    m = re.search(r"running low on memory\.?\s*(Memory on the node[^.]*?was [\d.]+\s*GB / [\d.]+\s*GB[^.]*)", line)
+    m = re.search(r"(Memory on the node .*? was [\d.]+\s*GB / [\d.]+\s*GB \([\d.]+\))", line)
     detail = "killed by Ray's memory monitor (the node ran low on memory)"
     if m:
         detail += f": {' '.join(m.group(1).split())}"
     return Death("host_oom", _cut(detail))
+
+
+def _runtime_env(cause: str) -> Death | None:
+    if "runtime env failed" not in cause:
+        return None
+    last = [ln.strip() for ln in _ANSI.sub("", cause).splitlines() if ln.strip()]
+    return Death("unknown", _cut(f"its runtime env could not be created: {last[-1] if last else ''}"))
 
 
 def _exception(cause: str, log: str) -> Death | None:
@@ -101,23 +108,17 @@ def _exception(cause: str, log: str) -> Death | None:
 
 
 def last_exception(text: str) -> str | None:
-    """The exception line of the last Python traceback in ``text``: ``ValueError: boom``."""
-    at = text.rfind("Traceback (most recent call last):")
+    """The exception line of the last Python traceback in ``text``: ``ValueError: boom``. Ray's own wrappers
+    (``ray.exceptions.ActorDiedError: ... creation task``) give way to the user's exception they carry."""
+    at = text.find("Traceback (most recent call last):")
     if at < 0:
         return None
-    lines = text[at:].splitlines()[1:]
-    for line in lines:
-        if not line or line[0] in " \t":
-            continue  # frames and source lines are indented
-        if line.startswith("During handling") or line.startswith("The above exception"):
-            continue
-        m = _EXC_LINE.match(line.strip())
-        if m:
-            return _strip_exc_prefix(line.strip())
-        if line.strip().startswith("File "):
-            continue
-        break
-    return None
+    hits = [ln.strip() for ln in _ANSI.sub("", text[at:]).splitlines()
+            if ln and ln[0] not in " \t" and _EXC_LINE.match(ln.strip())]
+    if not hits:
+        return None
+    own = [h for h in hits if not h.startswith(("ray.exceptions.", "RayTaskError", "ActorDiedError"))]
+    return _strip_exc_prefix((own or hits)[-1])
 
 
 def _signal(log: str) -> Death | None:
@@ -155,9 +156,6 @@ def _exit(cause: str) -> Death | None:
 def _unknown(cause: str) -> Death:
     if "node has died" in cause or "[NODE_DIED]" in cause:
         return Death("unknown", "its node died")
-    if "runtime env failed" in cause:
-        last = [ln.strip() for ln in cause.splitlines() if ln.strip()]
-        return Death("unknown", _cut(f"its runtime env could not be created: {last[-1] if last else ''}"))
     if "connection error code" in cause or "SYSTEM_ERROR" in cause:
         return Death("unknown", "the worker process died and left no reason in its log (SIGKILL? the kernel's "
                                 "OOM killer? see dmesg on its node)")

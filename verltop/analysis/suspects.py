@@ -151,7 +151,7 @@ def find_suspects(ranks: list[RankDump]) -> list[Suspect]:
             if not known:
                 for r in outside:
                     add(r, f"not seen in {top_op} with {_ranks(waiting)} of {g}{died}: {_where(r)}", 30)
-            if timed_out and not outside:
+            if timed_out and live and not outside:
                 # no live rank stands outside the collective: the dead ones are what there is to show
                 for r in timed_out:
                     add(r, f"{r.actor.state} ({_death(r)}); no live rank of {g} is seen outside {top_op}", 50)
