@@ -3,7 +3,8 @@
 - TP peers (the ``VLLM::Worker_TP<k>`` / ``sglang::scheduler_TP<k>`` children of one parent) are a group:
   when some wait in a collective, the ones at work elsewhere hold them up;
 - the end of a wait chain that waits on nothing: code that did not move, an HTTP call, a child process with
-  no readable stack, a dead process. A process a chain passes through is never a suspect.
+  no readable stack, a dead process — unless it is a worker-group rank, which the group rules judge against
+  its peers. A process a chain passes through is never a suspect.
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ def chain_suspects(chains: list[Chain], ranks: list[RankDump], acts: dict[str, A
         if r is None:
             continue
         r = by_pid.get((r.actor.pid, r.actor.node_ip), r)
+        if r.process is None and r.actor.worker_group and not r.is_driver:
+            continue  # a worker-group rank: the group's rules (suspects.py) judge it against its peers
         a = acts.get(r.key) or Activity("idle")
         dead = r.actor.state in ("DEAD", "RESTARTING")
         if dead:

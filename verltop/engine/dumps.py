@@ -67,7 +67,7 @@ class DumpJob:
                  opts: DumpOptions, on_progress: ProgressFn | None = None, use_logs: bool = True,
                  refresh_rows: Callable[[], Awaitable[dict[str, ActorRow]]] | None = None, probe_address: str = "auto",
                  clock: Callable[[], float] = time.time, nodes: tuple[Node, ...] = (),
-                 processes: bool = True) -> None:
+                 processes: bool = True, drivers: bool = True) -> None:
         self.client = client
         self.local_node_ids = local_node_ids
         self.targets = targets
@@ -88,6 +88,7 @@ class DumpJob:
         self.elapsed_s: float | None = None
         self.nodes = nodes
         self.processes = processes  # children and drivers too (every process of the job)
+        self.with_drivers = drivers  # a dump of one group or actor leaves the driver out
         self.children: list[ChildProc] = []
         self.drivers: list[ActorRow] = []
         self.deaths: dict[str, Death] = {}
@@ -174,13 +175,15 @@ class DumpJob:
     async def _wait_graph(self) -> tuple[list[RawTask], list[RawObjectRef]]:
         """Running tasks (with their parents) and pending object references: who waits on whom."""
         assert self.client is not None
-        t, o = await asyncio.gather(fetch_running_tasks(self.client, detail=False), fetch_pending_refs(self.client))
+        # bounded: on a large cluster the object table asks every worker; the chains can do without it
+        t, o = await asyncio.gather(fetch_running_tasks(self.client, timeout_s=5.0, detail=False),
+                                    fetch_pending_refs(self.client, timeout_s=5.0))
         return (t.value or []) if t.ok else [], (o.value or []) if o.ok else []
 
     async def _drivers(self) -> list[ActorRow]:
         """The drivers of the targets' jobs that run on a reachable node, as rows with role ``driver``."""
         jobs = {a.job_id for a in self.targets if a.job_id}
-        if not jobs or self.client is None:
+        if not jobs or self.client is None or not self.with_drivers:
             return []
         r = await fetch_jobs(self.client)
         out = []
