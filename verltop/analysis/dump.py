@@ -94,7 +94,11 @@ def analyse(
     rows = {a.actor_id: a for a in actors}
     kids = [analyse_child(rows[c.actor_id], c, samples.get(child_key(c), [])) for c in children
             if c.actor_id in rows]
-    every = ranks + kids
+    # each actor's processes right after it
+    by_actor: dict[str, list[RankDump]] = {}
+    for k in kids:
+        by_actor.setdefault(k.actor.actor_id, []).append(k)
+    every = [x for r in ranks for x in (r, *by_actor.get(r.actor.actor_id, ()))]
     acts = {r.key: activity(r) for r in every}
     drivers = {wait_chains.driver_task_id(a.job_id): a.actor_id for a in actors if a.role == "driver" and a.job_id}
     chains = wait_chains.build(every, acts, tasks, refs, drivers)
