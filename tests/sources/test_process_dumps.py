@@ -170,3 +170,13 @@ def test_reward_sandbox_child_is_the_suspect(tmp_path):
     # the scorer's own process waits on it: subprocess.run in the executor thread
     (me,) = [r for r in doc["ranks"] if r["process"] is None]
     assert me["pid"] == p.pid
+
+
+def test_titles_from_cmdline():
+    from verltop.sources.children import title_of
+
+    assert title_of(b"VLLM::Worker_TP1" + b"\0" * 40) == "VLLM::Worker_TP1"
+    assert title_of(b"ray::vLLMHttpServer.generate\0\0") == "ray::vLLMHttpServer.generate"
+    rt = b"/usr/bin/python3\0-c\0from multiprocessing.resource_tracker import main;main(8)\0"
+    assert title_of(rt) == "/usr/bin/python3 -c from multiprocessing.resource_tracker import main;main(8)"
+    assert title_of(b"/usr/bin/python3\0") == "/usr/bin/python3"

@@ -10,9 +10,25 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-from verltop.sources.local import process_title
-
 MAX_PER_ACTOR = 64  # a fork bomb under one actor must not turn a dump into thousands of py-spy runs
+
+
+def title_of(cmdline: bytes) -> str:
+    """The title setproctitle set (``VLLM::Worker_TP1``: the first NUL-separated field, NULs after it), or,
+    for a process that set none, its command line (``python -c from multiprocessing.resource_tracker ...``:
+    the interpreter's path alone would say nothing)."""
+    args = [a.decode(errors="replace") for a in cmdline.rstrip(b"\0").split(b"\0")]
+    if len(args) <= 1 or "::" in args[0]:
+        return args[0] if args else ""
+    return " ".join(args)[:200]
+
+
+def child_title(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return title_of(f.read(4096))
+    except OSError:
+        return None
 
 
 def _ppids() -> dict[int, int]:
@@ -54,7 +70,7 @@ def local_descendants(pids: Iterable[int], limit: int = MAX_PER_ACTOR
             if p in seen or p == me:
                 continue
             seen.add(p)
-            title = process_title(p)
+            title = child_title(p)
             if title is None:
                 continue  # gone since the listing
             found.append((p, ppid[p], title))

@@ -72,9 +72,11 @@ def _probe_class() -> Any:
                     c = todo.pop(0)
                     try:
                         with open(f"/proc/{c}/cmdline", "rb") as f:
-                            title = f.read(4096).split(b"\0", 1)[0].decode(errors="replace")
+                            args = [a.decode(errors="replace") for a in f.read(4096).rstrip(b"\0").split(b"\0")]
                     except OSError:
                         continue
+                    # as sources/children.py title_of: setproctitle's title, else the command line
+                    title = args[0] if len(args) <= 1 or "::" in args[0] else " ".join(args)[:200]
                     found.append((c, ppid[c], title))
                     todo.extend(sorted(kids.get(c, [])))
                 out[root] = found

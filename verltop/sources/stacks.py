@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 from verltop.model import ActorRow, ChildProc, Problem, ProcessDump
 from verltop.sources import pyspy
-from verltop.sources.children import MAX_PER_ACTOR, local_descendants
+from verltop.sources.children import MAX_PER_ACTOR, child_title, local_descendants
 from verltop.sources.dashboard import fetch_traceback
 from verltop.sources.http import DashboardClient
-from verltop.sources.local import is_actor_process, process_exited, process_title
+from verltop.sources.local import is_actor_process, process_exited
 from verltop.sources.pyspy import EXITED, DumpOptions
 
 
@@ -32,6 +32,9 @@ class Target:
     title: str | None = None
 
 ProgressFn = Callable[[ActorRow, ProcessDump, int, int], None]
+
+# multiprocessing's helpers (one per spawning process under vLLM and SGLang): never where a job waits
+_PLUMBING = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 
 PROFILING_OFF_NOTE = "dashboard profiling is off (RAY_DASHBOARD_ENABLE_PROFILING); using a probe actor per node"
 
@@ -68,7 +71,7 @@ class StackCapture:
         if self.opts.via in ("auto", "local") and a.node_id in self.local_node_ids:
             if process_exited(pid):
                 return ProcessDump(pid, error=EXITED)
-            if t.title is not None and process_title(pid) != t.title:
+            if t.title is not None and child_title(pid) != t.title:
                 return ProcessDump(pid, error=Problem("pid_reused", f"pid {pid} is no longer {t.title}"))
             if self.pyspy is None:
                 return ProcessDump(pid, error=pyspy.no_pyspy_problem())
@@ -169,7 +172,7 @@ class StackCapture:
                 # JSON turns the int keys into strings on the way back
                 found = got.get(a.pid) or got.get(str(a.pid)) or []  # type: ignore[call-overload]
                 out += [ChildProc(a.actor_id, int(p), int(pp), t) for p, pp, t in found]
-        return out
+        return [c for c in out if not (c.title and any(p in c.title for p in _PLUMBING))]
 
     def _note(self, s: str) -> None:
         if s not in self.notes:
