@@ -158,6 +158,8 @@ class DumpJob:
         finally:
             if graph is not None and not graph.done():
                 graph.cancel()
+            if cap.probe is not None:  # started to list children even if no stack was taken
+                await cap.probe.close()
         if self.refresh_rows is not None:  # role names learnt while the stacks were taken
             fresh = await self.refresh_rows()
             self.targets = [fresh.get(a.actor_id, a) for a in self.targets]
