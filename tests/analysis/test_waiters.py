@@ -75,6 +75,9 @@ RAY_GET = th(("Worker.get_objects", SP + "ray/_private/worker.py", 1007), ("get"
     (EXECUTOR_IDLE, "idle", "_worker"),
     (SANDBOX_CALL, "http", "requests.post"),
     (RAY_GET, "ray_wait", "ray.get"),
+    (th(("Socket.recv_pyobj", SP + "zmq/sugar/socket.py", 990),
+        ("vLLMColocateWorkerExtension.receive_weights", SP + "verl/workers/rollout/vllm_rollout/utils.py", 160),
+        *WORKER_TAIL), "ipc", "receive_weights → recv_pyobj"),
 ])
 def test_thread_activity(t, kind, what):
     a = thread_activity(t)

@@ -214,6 +214,8 @@ def end_reason(r: RankDump, a: Activity) -> str:
         return f"waits on an HTTP call ({a.what} at {a.frame}): the server at the other end{moved}"
     if a.kind == "children":
         return f"waits on its child processes ({a.what} at {a.frame}), none of which was dumped or is at work"
+    if a.kind == "ipc":
+        return f"waits on another process over zmq ({a.what} at {a.frame}){moved}"
     if a.kind == "ray_wait":
         return f"waits in {a.what} at {a.frame} on tasks that were not dumped"
     if a.kind == "collective":

@@ -72,6 +72,8 @@ def chain_suspects(chains: list[Chain], ranks: list[RankDump], acts: dict[str, A
             score = 80
         elif a.kind in ("busy", "children") and r.stuck:
             score = 85
+        elif a.kind == "ipc" and r.stuck:
+            score = 50  # a weight sync that does not move: the other side is as likely
         else:
             continue
         out.append(_suspect(r, f"end of the wait chain {chain_text(c)}", score))

@@ -26,7 +26,11 @@ from verltop.analysis.collectives import COLLECTIVES, blocked_on, caller_frame, 
 from verltop.model import Frame, ThreadStack
 
 # kinds, most telling first when a process has several non-idle threads
-KINDS = ("collective", "children", "ray_wait", "http", "busy", "idle")
+KINDS = ("collective", "children", "ray_wait", "http", "ipc", "busy", "idle", "unknown")
+
+# verl's weight sync over zmq (vllm_rollout/utils.py): the worker waits on the trainer, and the trainer on it
+_IPC_WAITS = {"receive_weights": "the trainer's weights", "async_send_weights": "the rollout workers' receipt"}
+_IPC_RECV = {"recv_pyobj", "recv", "recv_multipart", "_recv", "poll", "recv_bytes", "recv_string"}
 
 _WAIT_PRIMITIVES = {"select", "poll", "epoll_wait", "wait", "_wait_for_tstate_lock", "acquire", "get", "recv",
                     "recv_bytes", "_recv_bytes", "_recv", "recv_into", "recv_multipart", "recv_pyobj", "recv_string",
@@ -57,7 +61,7 @@ class Activity:
 
     @property
     def waits(self) -> bool:
-        return self.kind in ("collective", "children", "ray_wait", "http")
+        return self.kind in ("collective", "children", "ray_wait", "http", "ipc")
 
 
 IDLE = Activity("idle")
@@ -100,6 +104,9 @@ def thread_activity(t: ThreadStack) -> Activity:
     b = blocked_on(t)
     if b is not None and (b.op in COLLECTIVES or b.op == "wait"):
         return Activity("collective", b.op, b.frame, name)
+    i = _has(frames, set(_IPC_WAITS))
+    if i is not None and leaf(frames[0].func) in _IPC_RECV:
+        return Activity("ipc", f"{leaf(frames[i].func)} → {leaf(frames[0].func)}", frames[i].short(), name)
     # vLLM TP worker: idle in its busy loop's queue, or at work in a method under it
     i = _has(frames, {"worker_busy_loop"})
     if i is not None:
