@@ -5,7 +5,7 @@ from __future__ import annotations
 from verltop import fmt
 from verltop.analysis.chains import chain_text, group_chains
 from verltop.analysis.collectives import collective_pending
-from verltop.analysis.merge import build_tree, compact_labels, rank_label, tree_text
+from verltop.analysis.merge import build_tree, compact_labels, rank_label, short_title, tree_text
 from verltop.model import DumpReport, RankDump, Snapshot, Suspect
 
 
@@ -96,7 +96,7 @@ def _process(x: RankDump) -> str:
         return "driver"
     if x.process is None:
         return x.actor.actor_name or "-"
-    return f"└ {x.process} (parent {x.parent_pid})"
+    return f"└ {short_title(x.process)} (parent {x.parent_pid})"
 
 
 def suspect_label(s: Suspect, r: DumpReport) -> str:

@@ -41,6 +41,14 @@ def set_title(title: str) -> None:
     ctypes.CDLL(None).prctl(15, title.encode()[:15], 0, 0, 0)
 
 
+def die_with_parent() -> None:
+    """prctl(PR_SET_PDEATHSIG, SIGKILL), as verl's vLLM worker extension and SGLang's schedulers do."""
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0)
+
+
 def wait_for(path: Path, poll_s: float = 0.05) -> None:
     import time
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 
+from verltop.analysis.merge import short_title
 from verltop.analysis.waiters import Activity, parse_title
 from verltop.model import Chain, ChainEnd, ChainLink, RankDump, RawObjectRef, RawTask
 
@@ -228,19 +229,27 @@ def _end_rank(e: ChainEnd) -> int:
     return 0 if "did not move" in r or r.startswith(("DEAD", "RESTARTING")) else 1 if "HTTP" in r else 2
 
 
+def hop_text(link: ChainLink, first: bool = False) -> str:
+    """One hop as people read it: ``driver (pid 5)``, ``agent_loop_worker_0 generate_sequences``,
+    ``VLLM::EngineCore_DP0``, ``python … (pid 7)`` for a child without a title of its own."""
+    if link.actor_id is None:
+        return f"driver (pid {link.pid})"
+    who = link.actor_name or link.actor_id[:8]
+    task = link.task or ""
+    if is_process_title(task) and not first:
+        return task if "::" in task else f"{short_title(task)} (pid {link.pid})"
+    method = task.rsplit(".", 1)[-1]
+    return f"{who} {method}".strip()
+
+
+def is_process_title(task: str) -> bool:
+    """A child's title, not a Ray task name (``Class.method``)."""
+    return "::" in task or " " in task or "/" in task
+
+
 def chain_text(c: Chain) -> str:
     """``TaskRunner.run → agent_loop_worker_0 generate_sequences → … → VLLM::Worker_TP1: in its own code at …``"""
-    hops = []
-    for i, link in enumerate(c.path):
-        method = (link.task or "").rsplit(".", 1)[-1] if link.task and "::" not in link.task else link.task
-        who = link.actor_name or (link.actor_id or "")[:8]
-        if link.actor_id is None:
-            hops.append(f"driver (pid {link.pid})")
-        elif link.task and "::" in link.task and i > 0:
-            hops.append(link.task)
-        else:
-            hops.append(f"{who} {method}".strip() if method else who)
-    return " → ".join(hops) + f": {c.ends_in.reason}"
+    return " → ".join(hop_text(lk, i == 0) for i, lk in enumerate(c.path)) + f": {c.ends_in.reason}"
 
 
 def group_chains(chains: Iterable[Chain]) -> list[tuple[Chain, int]]:
@@ -258,4 +267,4 @@ def _strip_rank(name: str | None) -> str | None:
     return name.rsplit(":", 1)[0] if name and ":" in name else name
 
 
-__all__ = ["build", "chain_text", "driver_task_id", "end_reason", "group_chains"]
+__all__ = ["build", "chain_text", "driver_task_id", "end_reason", "group_chains", "hop_text"]

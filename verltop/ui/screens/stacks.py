@@ -10,15 +10,15 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Static
 from textual.worker import Worker, WorkerState
 
-from verltop.analysis.chains import group_chains
+from verltop.analysis.chains import group_chains, hop_text
 from verltop.analysis.collectives import collective_pending
-from verltop.analysis.merge import build_tree, compact_labels, rank_label, render_tree
+from verltop.analysis.merge import build_tree, compact_labels, rank_label, render_tree, short_title
 from verltop.engine import DumpJob, DumpOptions, DumpProgress
 from verltop.model import DumpReport, RankDump, Snapshot
 from verltop.ui import keymap
 from verltop.ui.widgets.footer import Footer
 
-RANK_COLUMNS = (("group", "GROUP", 10), ("rank", "RANK", 5), ("role", "ROLE / PROCESS", 22), ("node", "NODE", 15),
+RANK_COLUMNS = (("group", "GROUP / ACTOR", 18), ("rank", "RANK", 5), ("role", "ROLE / PROCESS", 26), ("node", "NODE", 15),
                 ("op", "WAITS IN", 34), ("frame", "CALLING FRAME", 48), ("motion", "MOTION", 7),
                 ("note", "ERROR / NOTE", 60))
 
@@ -42,11 +42,11 @@ def rank_cells(r: RankDump, suspect: bool) -> tuple:
     note = Text(r.error.text if r.error else "", style="yellow")
     if r.death is not None:
         note.append(f" {r.death.kind}: {r.death.detail or '-'}", style="bold red")
-    group = Text(a.worker_group or ("controller" if a.role == "controller" else "-"))
+    group = Text(a.worker_group or ("controller" if a.role == "controller" else a.actor_name or "-"))
     if suspect:
         group = Text("▶ " + group.plain, style="bold red")
     # a child process sits under its actor, by its title (the role is its actor's)
-    role = Text(f" └ {r.process}", style="cyan") if r.process is not None else Text(a.role)
+    role = Text(f" └ {short_title(r.process)}", style="cyan") if r.process is not None else Text(a.role)
     return (group, "-" if a.rank is None else str(a.rank), role, a.node_ip or "-", op, frame or "-", motion, note)
 
 
@@ -269,10 +269,7 @@ def chains_rich(r: DumpReport) -> Text:
             if i:
                 t.append(" → ", style="grey50")
             last = i == len(c.path) - 1
-            task = (link.task or "").rsplit(".", 1)[-1] if link.task and "::" not in link.task else (link.task or "")
-            who = "driver" if link.actor_id is None else link.actor_name or (link.actor_id or "")[:8]
-            text = task if "::" in task and i else f"{who} {task}".strip()
-            t.append(text, style="bold red" if last else "cyan")
+            t.append(hop_text(link, i == 0), style="bold red" if last else "cyan")
         t.append(f": {c.ends_in.reason}", style="yellow" if "did not move" in c.ends_in.reason else "")
         t.append(f"  (×{n})\n" if n > 1 else "\n", style="grey50")
     return t

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 
-from shapes import set_title
+from shapes import die_with_parent, set_title
 
 
 def run_detokenizer_process() -> None:
     set_title("sglang::detokenizer")
+    die_with_parent()
     DetokenizerManager().event_loop()
 
 

@@ -7,12 +7,13 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from shapes import set_title, touch
+from shapes import die_with_parent, set_title, touch
 from shapes.sglang.srt.utils.common import broadcast_pyobj
 
 
 def run_scheduler_process(tp: int, world: int, port: int, directory: str, hang: bool) -> None:
     set_title(f"sglang::scheduler_TP{tp}" if world > 1 else "sglang::scheduler")
+    die_with_parent()
     import torch
     import torch.distributed as dist
 

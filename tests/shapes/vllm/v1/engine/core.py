@@ -6,11 +6,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from shapes import set_title, spawn, touch
+from shapes import die_with_parent, set_title, spawn, touch
 
 
 def run_engine_core(directory: str, world: int, port: int, hang_tp: int) -> None:
     set_title("VLLM::EngineCore_DP0")
+    die_with_parent()
     from shapes.vllm.v1.executor.multiproc_executor import MultiprocExecutor
 
     d = Path(directory)

@@ -5,12 +5,13 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
-from shapes import set_title, touch
+from shapes import die_with_parent, set_title, touch
 from shapes.vllm.distributed.device_communicators.shm_broadcast import MessageQueue
 
 
 def worker_main(tp: int, world: int, port: int, directory: str, hang_tp: int) -> None:
     set_title(f"VLLM::Worker_TP{tp}" if world > 1 else "VLLM::Worker")
+    die_with_parent()
     import torch
     import torch.distributed as dist
 
