@@ -61,6 +61,8 @@ class RawActor:
     death_cause: str | None = None
     num_restarts: int | None = None
     placement_group_id: str | None = None
+    # Ray's whole death cause (every context, not cut): the death classifier reads it
+    death_text: str | None = None
 
     def env_get(self, key: str) -> str | None:
         for k, v in self.env:
@@ -83,6 +85,35 @@ class RawTask:
     start_time_ms: float | None
     end_time_ms: float | None = None
     attempt: int = 0
+    parent_task_id: str | None = None  # the submitter's task (an async actor's: its creation task)
+    type: str | None = None  # NORMAL_TASK | ACTOR_CREATION_TASK | ACTOR_TASK | DRIVER_TASK
+
+
+@dataclass(frozen=True, slots=True)
+class RawObjectRef:
+    """One row of /api/v0/objects: a reference held by ``owner_pid`` on ``owner_ip`` to the output of task
+    ``task_id`` (the first 48 hex digits of the object id) that is not finished yet."""
+
+    object_id: str
+    task_status: str | None
+    reference_type: str | None
+    owner_pid: int | None
+    owner_ip: str | None
+
+    @property
+    def task_id(self) -> str:
+        return self.object_id[:48]
+
+
+@dataclass(frozen=True, slots=True)
+class RawJob:
+    """A job's driver, from /api/v0/jobs (only these fields are read: never its runtime env)."""
+
+    job_id: str
+    status: str | None
+    driver_pid: int | None
+    driver_ip: str | None
+    driver_node_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,6 +290,7 @@ class ActorRow:
     # see into, or the actor is not alive): ``processes`` is then () and the JSON says null
     processes: tuple[ProcRow, ...] = ()
     processes_read_at: float | None = None
+    death_text: str | None = None  # Ray's whole death cause (death_cause is its first line)
 
     def running_s(self, now: float) -> float | None:
         """Task age at ``now`` (the table ticks every second between snapshots)."""
@@ -452,8 +484,31 @@ class CollectiveInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class Death:
+    """Why a process died, classified from Ray's cause and its own last log lines."""
+
+    kind: str  # nccl_timeout | cuda_oom | host_oom | exception | signal | exit | unknown
+    detail: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "detail": self.detail}
+
+
+@dataclass(frozen=True, slots=True)
+class ChildProc:
+    """A descendant process of an actor (a vLLM engine core or TP worker, an SGLang scheduler, a sandbox),
+    as a dump covers it."""
+
+    actor_id: str
+    pid: int
+    ppid: int | None
+    title: str | None  # the first NUL-separated field of its cmdline (setproctitle's title)
+
+
+@dataclass(frozen=True, slots=True)
 class RankDump:
-    """One rank of a cross-rank dump, joined to its actor row and analysed."""
+    """One rank of a cross-rank dump, joined to its actor row and analysed. A descendant process of an actor
+    is a RankDump too: ``actor`` is its actor's row with the child's pid, ``process`` its title."""
 
     actor: ActorRow
     samples: tuple[ProcessDump, ...]
@@ -462,15 +517,27 @@ class RankDump:
     stuck: bool | None = None
     collective: CollectiveInfo | None = None
     error: Problem | None = None
+    process: str | None = None  # a child's title; None on the actor's own entry
+    parent_pid: int | None = None  # a child's parent process
+    death: Death | None = None
 
     @property
     def stack(self) -> tuple[Frame, ...]:
         return self.main.frames if self.main else ()
 
+    @property
+    def key(self) -> str:
+        """Unique per dumped process: the actor id, ``actor_id:pid`` for a child, ``driver:job`` for a driver."""
+        return f"{self.actor.actor_id}:{self.actor.pid}" if self.process is not None else self.actor.actor_id
+
+    @property
+    def is_driver(self) -> bool:
+        return self.actor.role == "driver"
+
     def to_json(self) -> dict[str, Any]:
         a = self.actor
         return {
-            "actor_id": a.actor_id,
+            "actor_id": None if self.is_driver else a.actor_id,
             "actor_name": a.actor_name,
             "class_name": a.class_name,
             "pid": a.pid,
@@ -483,11 +550,14 @@ class RankDump:
             "roles": list(a.roles),
             "task": a.task,
             "task_running_s": _round(a.task_running_s),
+            "process": self.process,
+            "parent_pid": self.parent_pid,
             "blocked_on": self.blocked_on.to_json() if self.blocked_on else None,
             "collective": self.collective.to_json() if self.collective else None,
             "stuck": self.stuck,
             "stack": [f.to_json() for f in self.stack],
             "error": self.error.text if self.error else None,
+            "death": self.death.to_json() if self.death else None,
         }
 
 
@@ -498,10 +568,48 @@ class Suspect:
     rank: int | None
     reason: str
     score: float = 0.0
+    pid: int | None = None  # the process: the actor's own, or one of its children
 
     def to_json(self) -> dict[str, Any]:
         return {"actor_id": self.actor_id, "worker_group": self.worker_group, "rank": self.rank,
-                "reason": self.reason}
+                "pid": self.pid, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
+class ChainLink:
+    """One hop of a wait chain: a task (or a process) that waits on the next hop."""
+
+    actor_id: str | None
+    actor_name: str | None
+    task: str | None  # the Ray task, or a child process's title
+    pid: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"actor_id": self.actor_id, "actor_name": self.actor_name, "task": self.task, "pid": self.pid}
+
+
+@dataclass(frozen=True, slots=True)
+class ChainEnd:
+    """Where a wait chain ends: a process that waits on nothing we can see."""
+
+    pid: int | None
+    process: str | None  # its title when it is a child process
+    frame: str | None
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pid": self.pid, "process": self.process, "frame": self.frame, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
+class Chain:
+    """Who waits on whom, from the top (the driver or the controller) down to the process holding it up."""
+
+    path: tuple[ChainLink, ...]
+    ends_in: ChainEnd
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": [p.to_json() for p in self.path], "ends_in": self.ends_in.to_json()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -529,6 +637,7 @@ class DumpReport:
     native: bool = False
     samples: int = 1
     notes: tuple[str, ...] = field(default=())
+    chains: tuple[Chain, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -536,6 +645,7 @@ class DumpReport:
             "ranks": [r.to_json() for r in self.ranks],
             "groups": [g.to_json() for g in self.groups],
             "suspects": [s.to_json() for s in self.suspects],
+            "chains": [c.to_json() for c in self.chains],
             "notes": list(self.notes),
         }
 

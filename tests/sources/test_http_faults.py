@@ -82,7 +82,7 @@ def test_slow_dashboard_times_out(replay):
 
 
 def test_allow_list_refuses_mutating_paths():
-    for bad in ("/api/actors/kill", "/api/jobs/", "/api/v0/objects", "/nodes/../api/actors/kill", "/api/v0/tasks/x"):
+    for bad in ("/api/actors/kill", "/api/jobs/", "/api/v0/objects/x", "/nodes/../api/actors/kill", "/api/v0/tasks/x"):
         assert not allowed(bad)
     c = DashboardClient(ep("http://127.0.0.1:1"))
     with pytest.raises(ValueError):

@@ -130,7 +130,7 @@ def suspects(found: list[RasFinding], ranks: list[RankDump]) -> list[Suspect]:
             continue
         seen[a.actor_id] += 1
         score = {"behind": 95, "mismatch": 80}.get(f.kind, 85)
-        out.append(Suspect(a.actor_id, a.worker_group, a.rank, f.text, score))
+        out.append(Suspect(a.actor_id, a.worker_group, a.rank, f.text, score, pid=a.pid))
     return out
 
 

@@ -191,6 +191,7 @@ def build_snapshot(
             ras_addr=ident.ras_addr,
             processes=att.processes if att else (),
             processes_read_at=att.read_at if att else None,
+            death_text=a.death_text,
         )
         if role not in _NO_STALL_ROLES or not alive:
             view = TaskView(

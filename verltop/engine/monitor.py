@@ -234,8 +234,8 @@ class Monitor(Engine):
              on_progress: ProgressFn | None = None, use_logs: bool = True,
              refresh_rows: Callable[[], Awaitable[dict[str, ActorRow]]] | None = None) -> DumpJob:
         return DumpJob(self.client, self.local_node_ids(), dump_targets(snap.actors, group), opts, on_progress,
-                       use_logs=use_logs, refresh_rows=refresh_rows, clock=self.clock,
-                       ras_addrs=self.ras_addresses(snap.actors) if self.use_local else [])
+                       use_logs=use_logs, refresh_rows=refresh_rows, clock=self.clock, nodes=snap.nodes,
+                       drivers=group is None, ras_addrs=self.ras_addresses(snap.actors) if self.use_local else [])
 
     async def log_tail(self, actor_id: str, stream: str = "err", lines: int = 200) -> tuple[str | None, Problem | None]:
         r = await D.fetch_log_tail(self.client, actor_id, stream, lines)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from verltop.model import Node, Problem, RawActor, RawTask
+from verltop.model import Node, Problem, RawActor, RawJob, RawObjectRef, RawTask
 from verltop.sources import parse
 from verltop.sources.http import DashboardClient, Reply
 
@@ -122,6 +122,26 @@ async def fetch_finished_tasks(client: DashboardClient, limit: int = 2000, timeo
     params = _list_params(timeout_s, detail, limit) + _filters(*flt)
     return await _get_parsed(client, "/api/v0/tasks", params, timeout_s + 2,
                              lambda doc, now: (parse.tasks(doc)[0], None))
+
+
+async def fetch_pending_refs(client: DashboardClient, limit: int = LIMIT, timeout_s: float = 10.0
+                             ) -> Result[list[RawObjectRef]]:
+    """References held to outputs of unfinished tasks (``task_status`` neither FINISHED nor NIL, no actor
+    handles): ``owner pid → task`` wait edges for calls made from async actors, whose ``parent_task_id`` is
+    only their creation task. Ray asks every worker of every node for this: read it only during a dump."""
+    def p(doc: Any, now: float) -> tuple[Any, str | None]:
+        rows, lr = parse.object_refs(doc)
+        return rows, _trunc_note("objects", lr)
+
+    params = _list_params(timeout_s, False, limit) + _filters(
+        ("task_status", "!=", "FINISHED"), ("task_status", "!=", "NIL"), ("reference_type", "!=", "ACTOR_HANDLE"))
+    return await _get_parsed(client, "/api/v0/objects", params, timeout_s + 2, p)
+
+
+async def fetch_jobs(client: DashboardClient, timeout_s: float = 10.0) -> Result[list[RawJob]]:
+    """Every job's driver: pid and node address."""
+    return await _get_parsed(client, "/api/v0/jobs", _list_params(timeout_s, None, 1000), timeout_s + 2,
+                             lambda doc, now: (parse.jobs(doc), None))
 
 
 async def fetch_nodes(client: DashboardClient, timeout_s: float = 10.0) -> Result[list[Node]]:

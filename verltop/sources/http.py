@@ -20,6 +20,7 @@ from verltop.sources.config import TOKEN_PLACES, Endpoint
 
 ALLOWED_PATHS = (
     re.compile(r"^/api/v0/(actors|tasks|nodes)$"),
+    re.compile(r"^/api/v0/(objects|jobs)$"),  # read only while a dump runs (wait chains, the driver)
     re.compile(r"^/nodes$"),
     re.compile(r"^/nodes/[0-9a-fA-F]{8,64}$"),
     re.compile(r"^/api/v0/logs/file$"),

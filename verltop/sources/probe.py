@@ -67,6 +67,41 @@ def _probe_class() -> Any:
             return (p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace"),
                     time.monotonic() - t0)
 
+        def descendants(self, pids: list[int], limit: int) -> dict[int, list[tuple[int, int, str]]]:
+            """``pid → [(child, its parent, title)]`` on this node, from /proc (as sources/children.py)."""
+            import os
+
+            ppid: dict[int, int] = {}
+            for n in os.listdir("/proc"):
+                if n.isdigit():
+                    try:
+                        with open(f"/proc/{n}/stat", "rb") as f:
+                            rest = f.read().rsplit(b")", 1)[1].split()
+                        if rest[0] not in (b"Z", b"X"):
+                            ppid[int(n)] = int(rest[1])
+                    except (OSError, IndexError, ValueError):
+                        pass
+            kids: dict[int, list[int]] = {}
+            for c, pp in ppid.items():
+                kids.setdefault(pp, []).append(c)
+            out: dict[int, list[tuple[int, int, str]]] = {}
+            for root in pids:
+                found: list[tuple[int, int, str]] = []
+                todo = sorted(kids.get(root, []))
+                while todo and len(found) < limit:
+                    c = todo.pop(0)
+                    try:
+                        with open(f"/proc/{c}/cmdline", "rb") as f:
+                            args = [a.decode(errors="replace") for a in f.read(4096).rstrip(b"\0").split(b"\0")]
+                    except OSError:
+                        continue
+                    # as sources/children.py title_of: setproctitle's title, else the command line
+                    title = args[0] if len(args) <= 1 or "::" in args[0] else " ".join(args)[:200]
+                    found.append((c, ppid[c], title))
+                    todo.extend(sorted(kids.get(c, [])))
+                out[root] = found
+            return out
+
     return VerltopProbe
 
 
@@ -217,6 +252,19 @@ class ProbePool:
         except Exception as e:  # noqa: BLE001 - actor died, node left, no /proc there: all are "no tree"
             return failed(f"probe failed: {one_line(e, 160)}")
         return tree_from_plain(plain, roots, node_id)
+
+    async def descendants(self, node_id: str, pids: list[int], limit: int = 64
+                          ) -> dict[int, list[tuple[int, int, str]]] | Problem:
+        """The descendant processes of ``pids`` on that node, through its probe."""
+        try:
+            actor = await self._actor(node_id)
+        except RuntimeError as e:
+            return Problem("probe", str(e))
+        ref = actor.descendants.remote(pids, limit)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(ref.future()), self.schedule_timeout_s)
+        except Exception as e:  # noqa: BLE001 - timeout, actor died, node left: no children known there
+            return Problem("probe", f"probe failed: {one_line(e, 160)}")
 
     async def close(self) -> None:
         if not self._actors:

@@ -9,8 +9,10 @@ MAIN = [
     Binding("q", "app.quit", "Quit", tooltip="quit", id="quit"),
     Binding("question_mark", "help", "Help", key_display="?", tooltip="this help", id="help"),
     Binding("d", "dump_group", "Dump group", tooltip="dump the selected worker group's stacks (every rank, every "
-            "node), merged, with suspects", id="dump-group"),
-    Binding("D", "dump_all", "Dump all", key_display="D", tooltip="dump every verl rank and the controller",
+            "node), merged, with suspects; on a rollout server or another actor: it and its child processes "
+            "(engine core, TP workers)", id="dump-group"),
+    Binding("D", "dump_all", "Dump all", key_display="D", tooltip="dump every process of the job: every actor, their child "
+            "processes and the driver, with the wait chains",
             id="dump-all"),
     Binding("slash", "filter", "Filter", key_display="/", tooltip="filter rows (regex over role, group, name, "
             "node, task, state, stall reason; !regex inverts)", id="filter"),

@@ -204,6 +204,9 @@ class MainScreen(Screen):
             if grp and self._last and any(a.worker_group == grp for a in self._last.actors):
                 self._dump(grp, False)
                 return
+            if row is not None:  # a rollout server, an agent loop...: that actor and its processes
+                self._dump(row.actor_id, False)
+                return
             self.message("select a worker rank (or its group row) to dump its group; D dumps everything")
             return
         self._dump(row.worker_group, False)

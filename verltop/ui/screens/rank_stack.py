@@ -19,6 +19,10 @@ def rank_stack_text(rd: RankDump) -> Text:
     t = Text()
     t.append(f"{a.worker_group or a.role}:{a.rank if a.rank is not None else '-'}  ", style="bold")
     t.append(f"{a.actor_name or a.actor_id}  pid {a.pid}  node {a.node_ip}  task {a.task or '-'}\n")
+    if rd.process is not None:
+        t.append(f"process {rd.process}  (a child of pid {rd.parent_pid}, under this actor)\n", style="cyan")
+    if rd.death is not None:
+        t.append(f"died: {rd.death.kind}: {rd.death.detail or '-'}\n", style="bold red")
     if rd.blocked_on:
         t.append(f"waits in {rd.blocked_on.op}", style="bold cyan")
         t.append(f" at {rd.blocked_on.frame}\n")

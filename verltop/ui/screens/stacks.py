@@ -10,14 +10,15 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Static
 from textual.worker import Worker, WorkerState
 
+from verltop.analysis.chains import group_chains, hop_text
 from verltop.analysis.collectives import calling_frame, collective_pending
-from verltop.analysis.merge import build_tree, compact_labels, rank_label, render_tree
+from verltop.analysis.merge import build_tree, compact_labels, rank_label, render_tree, short_title
 from verltop.engine import DumpJob, DumpOptions, DumpProgress
 from verltop.model import DumpReport, RankDump, Snapshot
 from verltop.ui import keymap
 from verltop.ui.widgets.footer import Footer
 
-RANK_COLUMNS = (("group", "GROUP", 10), ("rank", "RANK", 5), ("role", "ROLE", 14), ("node", "NODE", 15),
+RANK_COLUMNS = (("group", "GROUP / ACTOR", 18), ("rank", "RANK", 5), ("role", "ROLE / PROCESS", 26), ("node", "NODE", 15),
                 ("op", "WAITS IN", 34), ("frame", "CALLING FRAME", 48), ("motion", "MOTION", 7),
                 ("note", "ERROR / NOTE", 60))
 
@@ -39,10 +40,14 @@ def rank_cells(r: RankDump, suspect: bool) -> tuple:
     motion = Text("-" if r.stuck is None else ("stuck" if r.stuck else "moving"),
                   style="red" if r.stuck else "green" if r.stuck is False else "grey50")
     note = Text(r.error.text if r.error else "", style="yellow")
-    group = Text(a.worker_group or ("controller" if a.role == "controller" else "-"))
+    if r.death is not None:
+        note.append(f" {r.death.kind}: {r.death.detail or '-'}", style="bold red")
+    group = Text(a.worker_group or ("controller" if a.role == "controller" else a.actor_name or "-"))
     if suspect:
         group = Text("▶ " + group.plain, style="bold red")
-    return (group, "-" if a.rank is None else str(a.rank), a.role, a.node_ip or "-", op, frame or "-", motion, note)
+    # a child process sits under its actor, by its title (the role is its actor's)
+    role = Text(f" └ {short_title(r.process)}", style="cyan") if r.process is not None else Text(a.role)
+    return (group, "-" if a.rank is None else str(a.rank), role, a.node_ip or "-", op, frame or "-", motion, note)
 
 
 class StackScreen(Screen):
@@ -67,6 +72,7 @@ class StackScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield Static("", id="stack-status")
+        yield Static("", id="chains")
         yield Static("", id="suspects")
         yield DataTable(id="ranks", cursor_type="row")
         with VerticalScroll(id="tree-box"):
@@ -92,7 +98,9 @@ class StackScreen(Screen):
         if not self.app.engine.live:
             self.notify("a recording cannot take new dumps", severity="warning")
             return
-        what = f"worker group {self.group}" if self.group else "every verl rank"
+        one = next((a for a in self.snap.actors if a.actor_id == self.group), None)
+        what = (f"{one.actor_name or one.class_name} and its processes" if one else
+                f"worker group {self.group}" if self.group else "every process of the job")
         self.job = self.app.engine.dump(self.snap, self.group, self.opts, self._progress)
         if not self.job.targets:
             self._status(Text(f"nothing to dump: no {what} in the current snapshot", style="yellow"))
@@ -101,6 +109,7 @@ class StackScreen(Screen):
         self.partial.clear()
         self.query_one("#ranks", DataTable).clear()
         self.query_one("#suspects", Static).update("")
+        self.query_one("#chains", Static).update("")
         self.query_one("#tree", Static).update("")
         self._status(f"dumping {what}: 0/{self.job.total} stacks…  (Esc cancels)")
         self.capture(self.job)
@@ -133,9 +142,9 @@ class StackScreen(Screen):
 
     def _show_rank(self, rd: RankDump, suspect: bool = False) -> None:
         t = self.query_one("#ranks", DataTable)
-        self.partial[rd.actor.actor_id] = rd
+        self.partial[rd.key] = rd
         cells = rank_cells(rd, suspect)
-        key = rd.actor.actor_id
+        key = rd.key
         if key in t.rows:
             for (ck, _, _), v in zip(RANK_COLUMNS, cells, strict=True):
                 t.update_cell(key, ck, v)
@@ -150,13 +159,16 @@ class StackScreen(Screen):
             st.append("   " + "; ".join(r.notes), style="yellow")
         st.append("   Enter: full stack · w: write · r: again · Esc: back", style="grey70")
         self._status(st)
+        self.query_one("#chains", Static).update(chains_rich(r))
+        self.query_one("#chains", Static).display = bool(r.chains)
         sus = self.query_one("#suspects", Static)
-        ids = {s.actor_id for s in r.suspects}
+        ids = {(s.actor_id, s.pid) for s in r.suspects}
         if r.suspects:
+            from verltop.text import suspect_label
+
             txt = Text("SUSPECTS — most likely first\n", style="bold red")
             for s in r.suspects:
-                who = f"{s.worker_group}:{s.rank}" if s.worker_group else s.actor_id[:12]
-                txt.append(f" ▶ {who}  ", style="bold")
+                txt.append(f" ▶ {suspect_label(s, r)}  ", style="bold")
                 txt.append(s.reason + "\n")
             sus.update(txt)
             sus.set_class(False, "-none")
@@ -165,10 +177,15 @@ class StackScreen(Screen):
             sus.set_class(True, "-none")
         t = self.query_one("#ranks", DataTable)
         t.clear()
-        order = sorted(r.ranks, key=lambda x: (x.actor.actor_id not in ids, x.actor.role != "controller",
-                                               x.actor.worker_group or "", x.actor.rank or 0))
+        def sus(x: RankDump) -> bool:
+            return (x.actor.actor_id, x.actor.pid) in ids
+
+        # suspects first; a child right under its actor (same sort key up to the pid)
+        order = sorted(r.ranks, key=lambda x: (not sus(x), x.actor.role != "controller", x.actor.worker_group or "",
+                                               x.actor.rank or 0, x.actor.actor_id, x.process is not None,
+                                               x.actor.pid or 0))
         for x in order:
-            t.add_row(*rank_cells(x, x.actor.actor_id in ids), key=x.actor.actor_id)
+            t.add_row(*rank_cells(x, sus(x)), key=x.key)
         self.query_one("#tree", Static).update(tree_rich(r))
 
     # ---------------------------------------------------------- actions
@@ -210,7 +227,7 @@ class StackScreen(Screen):
             return None
         key = t.coordinate_to_cell_key((t.cursor_row, 0)).row_key.value
         if self.report is not None:
-            return next((x for x in self.report.ranks if x.actor.actor_id == key), None)
+            return next((x for x in self.report.ranks if x.key == key), None)
         return self.partial.get(key or "")
 
     def action_rank_stack(self) -> None:
@@ -243,7 +260,8 @@ class StackScreen(Screen):
 def tree_rich(r: DumpReport) -> Text:
     stacks = {rank_label(x): x.stack for x in r.ranks if x.main is not None}
     lines = render_tree(build_tree(stacks))
-    suspects = {rank_label(x) for x in r.ranks if x.actor.actor_id in {s.actor_id for s in r.suspects}}
+    suspects = {rank_label(x) for x in r.ranks if (x.actor.actor_id, x.actor.pid) in {(s.actor_id, s.pid)
+                                                                                     for s in r.suspects}}
     total = len(stacks)
     t = Text("MERGED STACKS — outermost frame first; [ranks] (count)\n", style="bold")
     for depth, text, ranks in lines:
@@ -252,4 +270,18 @@ def tree_rich(r: DumpReport) -> Text:
         t.append(f"[{compact_labels(ranks)}]", style="bold red" if small else "cyan")
         t.append(f" ({len(ranks)}) ", style="grey50")
         t.append(text + "\n", style="bold" if small else "")
+    return t
+
+
+def chains_rich(r: DumpReport) -> Text:
+    """Wait chains, top down: every hop, then where it ends, in red when it did not move."""
+    t = Text("WAIT CHAINS — who waits on whom, from the top\n", style="bold")
+    for c, n in group_chains(r.chains):
+        for i, link in enumerate(c.path):
+            if i:
+                t.append(" → ", style="grey50")
+            last = i == len(c.path) - 1
+            t.append(hop_text(link, i == 0), style="bold red" if last else "cyan")
+        t.append(f": {c.ends_in.reason}", style="yellow" if "did not move" in c.ends_in.reason else "")
+        t.append(f"  (×{n})\n" if n > 1 else "\n", style="grey50")
     return t
