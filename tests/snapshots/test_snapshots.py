@@ -150,11 +150,21 @@ def test_stack_screen_with_suspects(snap_compare, gpu_dash, gpu_report):
     assert snap_compare(gpu_app(), terminal_size=(200, 50), run_before=run)
 
 
+def test_stack_screen_at_80x24(snap_compare, gpu_dash, gpu_report):
+    """The same dump on a fresh SSH terminal: the chain and the suspect fit their boxes, the rank table keeps
+    GROUP / ACTOR, RANK, ROLE / PROCESS, WAITS IN, CALLING FRAME and MOTION (no sideways scrolling), the
+    merged tree below."""
+    async def run(pilot):
+        await _open_report(pilot, gpu_report)
+
+    assert snap_compare(gpu_app(), terminal_size=(80, 24), run_before=run)
+
+
 def test_rank_full_stack(snap_compare, gpu_dash, gpu_report):
     """Enter on the suspect in the stack screen: abcd:1's header (name, pid 2125, node, task), what its
     watchdog line says ("NCCL (watchdog_log): last enqueued 4  last completed 4"), "stack unchanged across
-    samples: stuck", then every thread of its last sample: MainThread (idle, in generate_sequences, marked
-    as the task thread) and the PythonGCThread."""
+    samples: stuck", then every thread of its last sample, the task thread first: MainThread (idle, in
+    generate_sequences) and the PythonGCThread; files named from their package on."""
     async def run(pilot):
         await _open_report(pilot, gpu_report)
         await pilot.press("enter")

@@ -39,17 +39,32 @@ def rank_stack_text(rd: RankDump) -> Text:
     if rd.error:
         t.append(f"error: {rd.error.text}\n", style="yellow")
     last = next((s for s in reversed(rd.samples) if s.threads), None)
-    for th in last.threads if last else ():
+    threads = list(last.threads) if last else []
+    # the task thread first: it is the one the rest of the screen talks about
+    threads.sort(key=lambda th: not (rd.main is not None and th.thread_id == rd.main.thread_id))
+    for th in threads:
         state = "active" if th.active else "idle"
         main = rd.main is not None and th.thread_id == rd.main.thread_id
         t.append(f"\nThread {th.thread_id} ({state}) {th.name or ''}{'  ← task thread' if main else ''}\n",
                  style="bold" if main else "bold grey70")
         for f in th.frames:
-            loc = f"{f.file}:{f.line}" if f.line else f.file
+            path = short_path(f.file)
+            loc = f"{path}:{f.line}" if f.line else path
             style = "grey50" if is_native(f) else "grey70" if is_wrapper(f) else ""
             t.append(f"    {f.func}", style=style or "bold")
             t.append(f"  ({loc})\n", style="grey50")
     return t
+
+
+def short_path(file: str) -> str:
+    """Where a frame's file lives, as people name it: a package's path from the package on
+    (``torch/distributed/distributed_c10d.py``), else the last two parts of the path."""
+    for marker in ("site-packages/", "dist-packages/"):
+        i = file.rfind(marker)
+        if i >= 0:
+            return file[i + len(marker):]
+    parts = file.rsplit("/", 2)
+    return "/".join(parts[-2:]) if len(parts) > 2 else file
 
 
 class RankStackScreen(Screen):

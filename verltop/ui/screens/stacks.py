@@ -21,6 +21,29 @@ from verltop.ui.widgets.footer import Footer
 RANK_COLUMNS = (("group", "GROUP / ACTOR", 18), ("rank", "RANK", 5), ("role", "ROLE / PROCESS", 26), ("node", "NODE", 15),
                 ("op", "WAITS IN", 34), ("frame", "CALLING FRAME", 48), ("motion", "MOTION", 7),
                 ("note", "ERROR / NOTE", 60))
+_CELL = {k: i for i, (k, _, _) in enumerate(RANK_COLUMNS)}
+
+
+def fit_rank_columns(width: int, multi_node: bool) -> tuple[tuple[str, str, int], ...]:
+    """The rank table's columns for ``width`` cells: NODE only when the dump spans nodes and there is room;
+    narrow text columns on a narrow terminal; CALLING FRAME takes the rest; ERROR / NOTE only where it fits
+    (a rank's error is also on its full stack, Enter)."""
+    wide = width >= 130
+    cols = [("group", "GROUP / ACTOR", 18 if wide else 11), ("rank", "RANK", 4),
+            ("role", "ROLE / PROCESS", 22 if wide else 14)]
+    if multi_node and width >= 150:
+        cols.append(("node", "NODE", 15))
+    cols.append(("op", "WAITS IN", 28 if wide else 17))
+    cols.append(("motion", "MOTION", 6))
+    used = sum(w + 2 for _, _, w in cols) + 2  # cell padding, and the scrollbar
+    rest = max(16, width - used - 2)
+    if width >= 170:
+        frame = min(52, rest // 2)
+        cols.insert(-1, ("frame", "CALLING FRAME", frame))
+        cols.append(("note", "ERROR / NOTE", max(20, rest - frame - 2)))
+    else:
+        cols.insert(-1, ("frame", "CALLING FRAME", rest))
+    return tuple(cols)
 
 
 def rank_cells(r: RankDump, suspect: bool) -> tuple:
@@ -80,14 +103,40 @@ class StackScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        t = self.query_one("#ranks", DataTable)
-        for key, label, width in RANK_COLUMNS:
-            t.add_column(label, key=key, width=width)
-        t.focus()
+        self._cols: tuple[tuple[str, str, int], ...] = ()
+        self._layout()
+        self.query_one("#ranks", DataTable).focus()
         if self.report is not None:
             self._show_report(self.report)
         else:
             self.action_again()
+
+    def _multi_node(self) -> bool:
+        return len({a.node_id for a in self.snap.actors if a.node_id}) > 1
+
+    def _layout(self) -> bool:
+        """(Re)build the table's columns for this terminal's width; True when they changed."""
+        cols = fit_rank_columns(self.size.width or 160, self._multi_node())
+        if cols == self._cols:
+            return False
+        self._cols = cols
+        t = self.query_one("#ranks", DataTable)
+        t.clear(columns=True)
+        for key, label, width in cols:
+            t.add_column(label, key=key, width=width)
+        return True
+
+    def on_resize(self) -> None:
+        if getattr(self, "_cols", None) is not None and self._layout():
+            if self.report is not None:
+                self._fill(self.report)
+            else:
+                for rd in list(self.partial.values()):
+                    self._show_rank(rd)
+
+    def _cells(self, r: RankDump, suspect: bool) -> list:
+        cells = rank_cells(r, suspect)
+        return [cells[_CELL[k]] for k, _, _ in self._cols]
 
     # ---------------------------------------------------------- capture
 
@@ -143,10 +192,10 @@ class StackScreen(Screen):
     def _show_rank(self, rd: RankDump, suspect: bool = False) -> None:
         t = self.query_one("#ranks", DataTable)
         self.partial[rd.key] = rd
-        cells = rank_cells(rd, suspect)
+        cells = self._cells(rd, suspect)
         key = rd.key
         if key in t.rows:
-            for (ck, _, _), v in zip(RANK_COLUMNS, cells, strict=True):
+            for (ck, _, _), v in zip(self._cols, cells, strict=True):
                 t.update_cell(key, ck, v)
         else:
             t.add_row(*cells, key=key)
@@ -162,7 +211,6 @@ class StackScreen(Screen):
         self.query_one("#chains", Static).update(chains_rich(r))
         self.query_one("#chains", Static).display = bool(r.chains)
         sus = self.query_one("#suspects", Static)
-        ids = {(s.actor_id, s.pid) for s in r.suspects}
         if r.suspects:
             from verltop.text import suspect_label
 
@@ -175,18 +223,23 @@ class StackScreen(Screen):
         else:
             sus.update(Text("No suspect: no rank stands apart from its peers.", style="green"))
             sus.set_class(True, "-none")
+        self._fill(r)
+        self.query_one("#tree", Static).update(tree_rich(r))
+
+    def _fill(self, r: DumpReport) -> None:
+        """The rank table of a finished dump: suspects first, each child process right under its actor."""
+        ids = {(s.actor_id, s.pid) for s in r.suspects}
         t = self.query_one("#ranks", DataTable)
         t.clear()
+
         def sus(x: RankDump) -> bool:
             return (x.actor.actor_id, x.actor.pid) in ids
 
-        # suspects first; a child right under its actor (same sort key up to the pid)
         order = sorted(r.ranks, key=lambda x: (not sus(x), x.actor.role != "controller", x.actor.worker_group or "",
                                                x.actor.rank or 0, x.actor.actor_id, x.process is not None,
                                                x.actor.pid or 0))
         for x in order:
-            t.add_row(*rank_cells(x, sus(x)), key=x.key)
-        self.query_one("#tree", Static).update(tree_rich(r))
+            t.add_row(*self._cells(x, sus(x)), key=x.key)
 
     # ---------------------------------------------------------- actions
 
