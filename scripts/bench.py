@@ -225,7 +225,8 @@ def _spawn_ranks(n: int) -> list[subprocess.Popen]:
 def bench_dump_local() -> list[tuple]:
     from tests.analysis.helpers import row
     from verltop.analysis.dump import analyse
-    from verltop.sources.pyspy import DumpOptions, StackCapture, find_pyspy
+    from verltop.sources.pyspy import DumpOptions, find_pyspy
+    from verltop.sources.stacks import StackCapture
 
     pyspy = find_pyspy()
     rows = []
@@ -255,6 +256,67 @@ def bench_dump_local() -> list[tuple]:
                      f"{ours_s:.2f} s ({serial:.2f} s, {serial / ours_s:.1f}x)", target,
                      ours_s <= 0.5 if n == 64 else None))
     return rows
+
+
+_TREE_PARENT = """import sys, subprocess, time
+sys.path.insert(0, {tests!r})
+from shapes import set_title
+set_title("ray::WorkerDict.actor_rollout_generate_sequences")
+c = subprocess.Popen([sys.executable, "-c", {child!r}], stdout=subprocess.PIPE, text=True)
+c.stdout.readline()
+print("ready", flush=True)
+def waiting_in_collective():
+    time.sleep(3600)
+waiting_in_collective()
+"""
+_TREE_CHILD = """import sys, time
+sys.path.insert(0, {tests!r})
+from shapes import set_title
+set_title("VLLM::Worker_TP0")
+print("ready", flush=True)
+def _load_weights():
+    time.sleep(3600)
+_load_weights()
+"""
+
+
+def bench_dump_children() -> list[tuple]:
+    """A whole dump (children from /proc, py-spy of every process, analysis with chains) of 64 local ranks
+    that each have one child process, titled as Ray and vLLM title theirs."""
+    from tests.analysis.helpers import row
+    from verltop.engine.dumps import DumpJob
+    from verltop.sources.pyspy import DumpOptions
+
+    tests = str(ROOT / "tests")
+    code = _TREE_PARENT.format(tests=tests, child=_TREE_CHILD.format(tests=tests))
+    n = 64
+    procs = [subprocess.Popen([PY, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(n)]
+    try:
+        for p in procs:
+            p.stdout.readline()
+        actors = [row(f"a{i}", "g", i, pid=p.pid) for i, p in enumerate(procs)]
+        times = []
+        for _ in range(5):
+            job = DumpJob(None, frozenset({"n1"}), actors, DumpOptions(samples=1))
+            t0 = time.perf_counter()
+            rep = asyncio.run(job.run())
+            times.append(time.perf_counter() - t0)
+            assert rep is not None and len(rep.ranks) == 2 * n, len(rep.ranks) if rep else job.problem
+            assert all(r.error is None for r in rep.ranks), [r.error for r in rep.ranks if r.error][:3]
+    finally:
+        import psutil
+
+        for p in procs:
+            try:
+                for c in psutil.Process(p.pid).children():
+                    c.kill()
+            except psutil.Error:
+                pass
+            p.kill()
+            p.wait()
+    med = statistics.median(times)
+    return [(f"dump of {n} local ranks + {n} child processes (children from /proc, py-spy each, chains)",
+             f"{med:.2f} s (min {min(times):.2f})", "≤ 0.8 s", med <= 0.8)]
 
 
 def bench_live(quick: bool) -> list[tuple]:
@@ -349,6 +411,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-live", action="store_true", help="skip the comparisons on a live Ray cluster")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    ap.add_argument("--only", choices=("merge", "dump_local", "dump_children", "ui", "live"),
+                    help="run one measurement")
     a = ap.parse_args()
     if a.child:
         mode, *rest = a.child
@@ -358,9 +422,17 @@ def main() -> int:
          "first_ranks": lambda: child_first_ranks(rest[0])}[mode]()
         return 0
     rows: list[tuple] = []
-    steps = [bench_merge, bench_dump_local, lambda: bench_ui(a.quick)]
+    from bench_processes import bench_processes
+
+    named = {"merge": bench_merge, "dump_local": bench_dump_local, "dump_children": bench_dump_children,
+             "ui": lambda: bench_ui(a.quick), "live": lambda: bench_live(a.quick),
+             "processes": lambda: bench_processes(polls=10 if a.quick else 40)}
+    steps = [bench_merge, bench_dump_local, bench_dump_children, lambda: bench_ui(a.quick),
+             lambda: bench_processes(polls=10 if a.quick else 40)]
     if not (a.quick or a.no_live):
         steps.append(lambda: bench_live(a.quick))
+    if a.only:
+        steps = [named[a.only]]
     for step in steps:
         try:
             got = step()

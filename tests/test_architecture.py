@@ -44,11 +44,17 @@ def imports(path: Path) -> set[str]:
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
-            if node.module == "verltop":  # from verltop import fmt
-                out |= {f"verltop.{a.name}" for a in node.names}
-            else:
-                out.add(node.module)
+            for a in node.names:  # `from verltop.engine import nccl_ras` imports the module, not the package
+                sub = f"{node.module}.{a.name}"
+                out.add(sub if _is_module(sub) else node.module)
     return out
+
+
+def _is_module(name: str) -> bool:
+    if not name.startswith("verltop."):
+        return False
+    p = PKG.parent.joinpath(*name.split("."))
+    return p.with_suffix(".py").is_file() or (p / "__init__.py").is_file()
 
 
 def files(sub: str) -> list[Path]:

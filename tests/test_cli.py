@@ -12,7 +12,7 @@ from tests.replay_server import ReplayDashboard, free_port
 
 ACTOR_KEYS = {"actor_id", "actor_name", "class_name", "pid", "node_ip", "state", "worker_group", "rank",
               "world_size", "role", "roles", "task", "task_running_s", "gpu_index", "gpu_util_percent",
-              "gpu_mem_bytes", "cpu_percent", "rss_bytes", "stalled", "stall_reason", "stalls"}
+              "gpu_mem_bytes", "cpu_percent", "rss_bytes", "stalled", "stall_reason", "stalls", "processes"}
 
 
 def run(*args, env=None, timeout=60):
@@ -27,12 +27,14 @@ def test_snapshot_json_contract(replay):
     p = run("--address", replay.url, "snapshot", "--json", "--no-local")
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
-    assert set(doc) == {"taken_at", "source", "nodes", "actors", "phase", "pending"}
+    assert set(doc) == {"taken_at", "source", "nodes", "actors", "phase", "orphans", "pending"}
+    assert doc["orphans"] is None  # --no-local and no probe: no node's processes were read
     assert set(doc["source"]) == {"address", "age_s", "errors"}
     assert doc["pending"] == [] and doc["source"]["errors"] == []
     assert doc["phase"] == "update_actor"
     for a in doc["actors"]:
         assert set(a) == ACTOR_KEYS
+        assert a["processes"] is None
     wd = sorted((a for a in doc["actors"] if a["worker_group"]), key=lambda a: a["rank"])
     assert [(a["worker_group"], a["rank"], a["role"]) for a in wd] == [("abcd", 0, "actor_rollout"),
                                                                         ("abcd", 1, "actor_rollout")]

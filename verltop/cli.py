@@ -60,6 +60,9 @@ def _shared(p: argparse.ArgumentParser, sub: bool = True) -> None:
     p.add_argument("--stall-after", type=_positive, metavar="S", **d,
                    help="call a task stalled after this many seconds (default 300)")
     p.add_argument("--no-local", action="store_true", **d, help="do not read this machine's processes and GPUs")
+    p.add_argument("--ras-addr", metavar="HOST:PORT", action="append", **d,
+                   help="NCCL RAS address of a job on this machine (repeatable; default: each rank's NCCL_RAS_ADDR, "
+                        "else localhost:28028)")
     p.add_argument("--log-file", metavar="FILE", **d,
                    help="where the TUI logs its own problems (default ~/.local/state/verltop/verltop.log)")
 
@@ -83,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="JSON (the documented contract)")
     s.add_argument("--cpu-window", type=float, default=0.5, metavar="S",
                    help="seconds over which local processes' CPU %% is measured (default 0.5; 0 = none)")
+    s.add_argument("--remote-processes", action="store_true",
+                   help="also read the process trees of actors on other nodes, through a probe actor per node "
+                   "(needs ray on this machine; without it they are null)")
 
     d = sub.add_parser("dump", help="dump every rank's stack, merged, with suspects")
     _shared(d)
@@ -106,6 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--hang-after", type=int, default=3, metavar="N",
                    help="steps before one rank hangs (default 3; 0 = only on the H key)")
     m.add_argument("--hang-rank", type=int, default=2, metavar="R", help="which actor rank hangs (default 2)")
+    m.add_argument("--hang", choices=("rank", "tp1", "sandbox"), default="rank",
+                   help="what hangs after --hang-after steps: a trainer rank in update_actor (default), TP worker 1 "
+                   "of the rollout server in its weight load, or a reward sandbox that never returns; the keys H "
+                   "and T hang a rank or TP worker 1 at any time")
     m.add_argument("--no-tui", action="store_true", help="leave the job running for other tools; Ctrl-C ends it")
     return p
 
@@ -151,11 +161,14 @@ def _monitor(args: argparse.Namespace) -> Any:
 
     iv, st = _settings(args)
     # one-shot commands: the stdlib HTTP client (aiohttp's import alone is a third of a dump)
-    return Monitor(resolve(args.address), iv, st, use_local=not args.no_local, transport="stdlib")
+    return Monitor(resolve(args.address), iv, st, use_local=not args.no_local, transport="stdlib",
+                   ras_addrs=tuple(args.ras_addr or ()))
 
 
-async def _first_poll(mon: Any, seed: bool, node_details: bool = True, cpu_window_s: float = 0.0) -> None:
-    await mon.poll_once(seed=seed, node_details=node_details, cpu_window_s=cpu_window_s)
+async def _first_poll(mon: Any, seed: bool, node_details: bool = True, cpu_window_s: float = 0.0,
+                      ras: bool = False, remote_processes: bool = False) -> None:
+    await mon.poll_once(seed=seed, node_details=node_details, cpu_window_s=cpu_window_s, ras=ras,
+                        remote_processes=remote_processes)
     if not mon.has_data:
         err = mon.connection_problem()
         await mon.stop()
@@ -164,7 +177,12 @@ async def _first_poll(mon: Any, seed: bool, node_details: bool = True, cpu_windo
 
 async def _snapshot(args: argparse.Namespace) -> int:
     mon = _monitor(args)
-    await _first_poll(mon, seed=True, cpu_window_s=args.cpu_window)
+    if args.remote_processes:
+        import importlib.util
+
+        if importlib.util.find_spec("ray") is None:
+            raise UserError("--remote-processes needs ray on this machine (pip install 'ray[default]')")
+    await _first_poll(mon, seed=True, cpu_window_s=args.cpu_window, ras=True, remote_processes=args.remote_processes)
     snap = mon.snapshot()
     await mon.stop()
     if args.json:
@@ -252,7 +270,8 @@ def _tui(args: argparse.Namespace, demo: Any = None) -> int:
 
     iv, st = _settings(args)
     logsetup.to_file(args.log_file)
-    app = VerltopApp(Monitor(resolve(args.address), iv, st, use_local=not args.no_local), demo=demo)
+    app = VerltopApp(Monitor(resolve(args.address), iv, st, use_local=not args.no_local,
+                             ras_addrs=tuple(args.ras_addr or ())), demo=demo)
     app.run()
     return app.return_code or 0
 
@@ -271,7 +290,7 @@ def _demo(args: argparse.Namespace) -> int:
         signal.signal(sig, _stop)
     print("verltop demo: starting a local Ray cluster and a small verl PPO job (CPU, gloo)…", file=sys.stderr)
     hang_after = args.hang_after if args.hang_after > 0 else None
-    handle = start_demo(hang_after=hang_after, hang_rank=args.hang_rank)
+    handle = start_demo(hang_after=hang_after, hang_rank=args.hang_rank, hang_target=args.hang)
     try:
         if handle.token:
             os.environ["RAY_AUTH_TOKEN"] = handle.token

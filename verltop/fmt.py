@@ -108,6 +108,13 @@ def stall_reason(st: Stall) -> str:
         return f"GPU idle for the whole task ({duration(st.running_s)})"
     if r == "gpu_spin":
         return "GPU 100 % without progress: likely waiting in an NCCL collective"
+    if r == "ras":
+        if st.state == "missing":
+            return "NCCL RAS: its process does not answer (stopped, hung in the kernel or gone)"
+        if st.state == "mismatch":
+            return f"NCCL RAS: it issued {st.op} while its peers issued {st.cause}: different collectives"
+        return (f"NCCL RAS: it enqueued {st.count} {st.op}, its peers {st.expected}: it never reached "
+                f"{st.op} #{st.expected}")
     return r
 
 
@@ -135,7 +142,40 @@ def stall_tag(st: Stall) -> str:
         return "GPU idle"
     if r == "gpu_spin":
         return "GPU 100% no progress"
+    if r == "ras":
+        return {"missing": "RAS: not answering", "mismatch": "RAS: op mismatch"}.get(st.state or "",
+                                                                                    f"RAS: behind in {st.op}")
     return r
+
+
+_PLUMBING = (("multiprocessing.resource_tracker", "resource_tracker"), ("multiprocessing.forkserver", "forkserver"),
+             ("spawn_main(", "spawn child (starting)"))
+
+
+def short_title(title: str | None) -> str:
+    """A child process's title for a narrow column: ``VLLM::Worker_TP1`` → ``Worker_TP1``,
+    ``sglang::scheduler_TP0`` → ``scheduler_TP0``; multiprocessing's helpers by what they are; else the
+    command without its directory (``/usr/bin/python3 -m x`` → ``python3 -m x``)."""
+    if not title:
+        return "?"
+    for needle, name in _PLUMBING:
+        if needle in title:
+            return name
+    head, sep, rest = title.partition("::")
+    if sep and head and " " not in head and head != "ray":
+        return rest
+    words = title.split()
+    exe = words[0].rsplit("/", 1)[-1]
+    if exe.startswith("python") and len(words) > 1:
+        # the interpreter's flags say little: `python sandbox.py`, `python -m pkg.mod`, `python -c …`
+        rest = [w for w in words[1:] if not (w.startswith("-") and w not in ("-m", "-c"))]
+        if rest[:1] == ["-m"] and len(rest) > 1:
+            return f"{exe} -m {rest[1]}"
+        if rest[:1] == ["-c"]:
+            return f"{exe} -c …"
+        if rest:
+            return f"{exe} {rest[0].rsplit('/', 1)[-1]}"
+    return " ".join([exe, *words[1:]])
 
 
 # ---------------------------------------------------------------- pending work

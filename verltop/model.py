@@ -64,8 +64,9 @@ class RawActor:
     death_cause: str | None = None  # the line that says why (see sources/causes.py)
     num_restarts: int | None = None
     placement_group_id: str | None = None
-    death_detail: str | None = None  # Ray's whole death text (tracebacks, pip output), secrets redacted
-    death_kind: str | None = None  # runtime_env_failed | creation_task_failure | actor_died | oom | node_died ...
+    # Ray's whole death cause (every context, not cut; credentials redacted): the death classifier reads it
+    death_text: str | None = None
+    death_kind: str | None = None  # runtime_env_failed | creation_task_failure | actor_died | oom ...
     required_resources: Resources = ()
     # the kinds of set-up its runtime env asks for (pip, conda, uv, container...): names only, never values
     env_setup: tuple[str, ...] = ()
@@ -91,6 +92,35 @@ class RawTask:
     start_time_ms: float | None
     end_time_ms: float | None = None
     attempt: int = 0
+    parent_task_id: str | None = None  # the submitter's task (an async actor's: its creation task)
+    type: str | None = None  # NORMAL_TASK | ACTOR_CREATION_TASK | ACTOR_TASK | DRIVER_TASK
+
+
+@dataclass(frozen=True, slots=True)
+class RawObjectRef:
+    """One row of /api/v0/objects: a reference held by ``owner_pid`` on ``owner_ip`` to the output of task
+    ``task_id`` (the first 48 hex digits of the object id) that is not finished yet."""
+
+    object_id: str
+    task_status: str | None
+    reference_type: str | None
+    owner_pid: int | None
+    owner_ip: str | None
+
+    @property
+    def task_id(self) -> str:
+        return self.object_id[:48]
+
+
+@dataclass(frozen=True, slots=True)
+class RawJob:
+    """A job's driver, from /api/v0/jobs (only these fields are read: never its runtime env)."""
+
+    job_id: str
+    status: str | None
+    driver_pid: int | None
+    driver_ip: str | None
+    driver_node_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +146,26 @@ class ProcStat:
     rss_bytes: int | None
     create_time_s: float | None = None
     title: str | None = None
+    ppid: int | None = None  # set where the process tree was read (/proc here, a probe elsewhere)
+
+
+@dataclass(frozen=True, slots=True)
+class ProcTree:
+    """One machine's processes below the given root pids (the live actors' processes there), and the loose
+    ones that belong to no root: orphan candidates. Read from /proc here, through a probe on other nodes.
+
+    ``procs``: every descendant of a root (``ppid`` set), parents before their children. ``loose``: processes
+    under no root that were seen under one before (``left_by``: pid -> that root's pid), that carry an
+    inference engine's title (``VLLM::…``, ``sglang::…``) with no live Ray worker above them, or that hold GPU
+    memory (pids asked about by the caller)."""
+
+    taken_at: float
+    roots: tuple[int, ...]
+    procs: tuple[ProcStat, ...] = ()
+    loose: tuple[ProcStat, ...] = ()
+    left_by: tuple[tuple[int, int], ...] = ()
+    node_id: str | None = None  # the node a probe read it on; None: this machine (every local node)
+    error: Problem | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +188,37 @@ class Node:
 # ---------------------------------------------------------------- analysed rows
 
 
+@dataclass(slots=True, eq=True)
+class ProcRow:
+    """A process below an actor (its descendant: an inference engine, a TP worker, a sandbox) or an orphan
+    (it holds GPU memory, or was an actor's, and no live actor is above it). ``snapshot --json`` writes the
+    first seven fields for ``actors[].processes`` and adds ``node_ip`` and ``actor_id`` for ``orphans``.
+
+    Not frozen, like ``ActorRow`` and for the same reason (built by the thousand every snapshot); treat it as
+    immutable all the same."""
+
+    pid: int
+    ppid: int | None
+    title: str | None  # /proc/PID/cmdline's first field: what setproctitle set (VLLM::Worker_TP1)
+    cpu_percent: float | None
+    rss_bytes: int | None
+    gpu_index: int | None  # the GPU where it holds the most memory
+    gpu_mem_bytes: int | None  # its memory on every GPU
+    depth: int = 1  # 1: a child of the actor, 2: a grandchild, ...; orphans: 1
+    node_id: str | None = None
+    node_ip: str | None = None
+    # a descendant: its actor; an orphan: the actor it was last seen under (now gone), if known
+    actor_id: str | None = None
+    gpu_mem_total_bytes: int | None = None  # that GPU's total (bars)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pid": self.pid, "ppid": self.ppid, "title": self.title, "cpu_percent": self.cpu_percent,
+                "rss_bytes": self.rss_bytes, "gpu_index": self.gpu_index, "gpu_mem_bytes": self.gpu_mem_bytes}
+
+    def orphan_json(self) -> dict[str, Any]:
+        return {**self.to_json(), "node_ip": self.node_ip, "actor_id": self.actor_id}
+
+
 @dataclass(frozen=True, slots=True)
 class Stall:
     """Why a task looks stuck, as numbers; ``reason`` (the sentence) and ``tag`` (the table's words) are
@@ -152,8 +233,13 @@ class Stall:
     limit_s: float | None = None  # rule "age": --stall-after; rule "median": the limit that was passed
     peers: int | None = None  # rule "peers": how many peers finished this method since this task started
     peers_done_s: float | None = None  # rule "peers": seconds since the last of them finished
-    state: str | None = None  # rule "dead": DEAD | RESTARTING
-    cause: str | None = None  # rules "dead", "cannot_start", "restarting": the line that says why
+    state: str | None = None  # rule "dead": DEAD | RESTARTING; rule "ras": behind | mismatch | missing
+    # rule "dead": Ray's death cause; rule "ras" mismatch: the peers' collective; rules "cannot_start",
+    # "restarting": the line that says why
+    cause: str | None = None
+    op: str | None = None  # rule "ras": the collective type (NCCL's name, e.g. AllReduce)
+    count: int | None = None  # rule "ras": how many of them this rank enqueued
+    expected: int | None = None  # rule "ras": how many its peers enqueued
     restarts: int | None = None  # rules "restarting", "dead": how often Ray restarted the actor
     # rule "pending": what the actor waits for ("placement_group" | "resources" | "runtime_env" | "worker"),
     # which one (a placement group's name, a demand), Ray's scheduling state, and for how long
@@ -174,7 +260,8 @@ class Stall:
         return {"rule": self.rule, "running_s": _round(self.running_s), "method": self.method,
                 "median_s": _round(self.median_s), "ratio": _round(self.ratio), "limit_s": _round(self.limit_s),
                 "peers": self.peers, "peers_done_s": _round(self.peers_done_s), "state": self.state,
-                "cause": self.cause, "restarts": self.restarts, "waits_for": self.waits_for, "target": self.target,
+                "cause": self.cause, "op": self.op, "count": self.count, "expected": self.expected,
+                "restarts": self.restarts, "waits_for": self.waits_for, "target": self.target,
                 "scheduling_state": self.scheduling_state, "waiting_s": _round(self.waiting_s),
                 "reason": self.reason}
 
@@ -217,7 +304,13 @@ class ActorRow:
     fr_dump_prefix: str | None = None
     fr_pipe_prefix: str | None = None
     task_start_s: float | None = None  # lets a view tick ages without a new snapshot
-    death_detail: str | None = None  # Ray's whole death text, for the details screen
+    ras_addr: str | None = None  # NCCL_RAS_ADDR from the runtime env (where this rank's RAS thread listens)
+    # its descendant processes (not its own), parents before children; their GPU memory is included in
+    # gpu_mem_bytes above. ``processes_read_at``: when they were read; None = not read (a node verltop cannot
+    # see into, or the actor is not alive): ``processes`` is then () and the JSON says null
+    processes: tuple[ProcRow, ...] = ()
+    processes_read_at: float | None = None
+    death_text: str | None = None  # Ray's whole death cause (death_cause is its first line)
     num_restarts: int | None = None
 
     def running_s(self, now: float) -> float | None:
@@ -257,6 +350,7 @@ class ActorRow:
             "stalled": self.stalled,
             "stall_reason": self.stall_reason,
             "stalls": [st.to_json() for st in self.stalls],
+            "processes": None if self.processes_read_at is None else [p.to_json() for p in self.processes],
         }
 
 
@@ -403,6 +497,9 @@ class Snapshot:
     progress_s: float | None = None
     truncated: str | None = None
     gpu_note: str | None = None  # why this machine's GPUs are not read (no NVML), if so
+    # processes with no live actor above them (an engine left behind by a dead server); None: no node's
+    # processes were read
+    orphans: tuple[ProcRow, ...] | None = None
     pending: tuple[PendingItem, ...] = ()  # placement groups, actors and tasks Ray has not placed yet
 
     @property
@@ -425,6 +522,7 @@ class Snapshot:
             "nodes": [node_json(n) for n in self.nodes],
             "actors": [a.to_json() for a in self.actors],
             "phase": self.phase,
+            "orphans": None if self.orphans is None else [o.orphan_json() for o in self.orphans],
             "pending": [p.to_json() for p in self.pending],
         }
 
@@ -526,8 +624,31 @@ class CollectiveInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class Death:
+    """Why a process died, classified from Ray's cause and its own last log lines."""
+
+    kind: str  # nccl_timeout | cuda_oom | host_oom | exception | signal | exit | unknown
+    detail: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "detail": self.detail}
+
+
+@dataclass(frozen=True, slots=True)
+class ChildProc:
+    """A descendant process of an actor (a vLLM engine core or TP worker, an SGLang scheduler, a sandbox),
+    as a dump covers it."""
+
+    actor_id: str
+    pid: int
+    ppid: int | None
+    title: str | None  # the first NUL-separated field of its cmdline (setproctitle's title)
+
+
+@dataclass(frozen=True, slots=True)
 class RankDump:
-    """One rank of a cross-rank dump, joined to its actor row and analysed."""
+    """One rank of a cross-rank dump, joined to its actor row and analysed. A descendant process of an actor
+    is a RankDump too: ``actor`` is its actor's row with the child's pid, ``process`` its title."""
 
     actor: ActorRow
     samples: tuple[ProcessDump, ...]
@@ -536,15 +657,27 @@ class RankDump:
     stuck: bool | None = None
     collective: CollectiveInfo | None = None
     error: Problem | None = None
+    process: str | None = None  # a child's title; None on the actor's own entry
+    parent_pid: int | None = None  # a child's parent process
+    death: Death | None = None
 
     @property
     def stack(self) -> tuple[Frame, ...]:
         return self.main.frames if self.main else ()
 
+    @property
+    def key(self) -> str:
+        """Unique per dumped process: the actor id, ``actor_id:pid`` for a child, ``driver:job`` for a driver."""
+        return f"{self.actor.actor_id}:{self.actor.pid}" if self.process is not None else self.actor.actor_id
+
+    @property
+    def is_driver(self) -> bool:
+        return self.actor.role == "driver"
+
     def to_json(self) -> dict[str, Any]:
         a = self.actor
         return {
-            "actor_id": a.actor_id,
+            "actor_id": None if self.is_driver else a.actor_id,
             "actor_name": a.actor_name,
             "class_name": a.class_name,
             "pid": a.pid,
@@ -557,11 +690,14 @@ class RankDump:
             "roles": list(a.roles),
             "task": a.task,
             "task_running_s": _round(a.task_running_s),
+            "process": self.process,
+            "parent_pid": self.parent_pid,
             "blocked_on": self.blocked_on.to_json() if self.blocked_on else None,
             "collective": self.collective.to_json() if self.collective else None,
             "stuck": self.stuck,
             "stack": [f.to_json() for f in self.stack],
             "error": self.error.text if self.error else None,
+            "death": self.death.to_json() if self.death else None,
         }
 
 
@@ -572,11 +708,52 @@ class Suspect:
     rank: int | None
     reason: str
     score: float = 0.0
+    pid: int | None = None  # the process: the actor's own, or one of its children
     placement_group_id: str | None = None  # set when the suspect is a placement group Ray cannot place
 
     def to_json(self) -> dict[str, Any]:
         return {"actor_id": self.actor_id or None, "worker_group": self.worker_group, "rank": self.rank,
-                "reason": self.reason, "placement_group_id": self.placement_group_id}
+                "pid": self.pid, "reason": self.reason, "placement_group_id": self.placement_group_id}
+
+
+@dataclass(frozen=True, slots=True)
+class ChainLink:
+    """One hop of a wait chain: a task (or a process) that waits on the next hop."""
+
+    actor_id: str | None
+    actor_name: str | None
+    task: str | None  # the Ray task, or a child process's title
+    pid: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"actor_id": self.actor_id, "actor_name": self.actor_name, "task": self.task, "pid": self.pid}
+
+
+@dataclass(frozen=True, slots=True)
+class ChainEnd:
+    """Where a wait chain ends: a process that waits on nothing we can see."""
+
+    pid: int | None
+    process: str | None  # its title when it is a child process
+    frame: str | None
+    reason: str
+    # a wait on workers that do not exist yet ends in the placement group Ray has not placed for them
+    placement_group_id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pid": self.pid, "process": self.process, "frame": self.frame, "reason": self.reason,
+                "placement_group_id": self.placement_group_id}
+
+
+@dataclass(frozen=True, slots=True)
+class Chain:
+    """Who waits on whom, from the top (the driver or the controller) down to the process holding it up."""
+
+    path: tuple[ChainLink, ...]
+    ends_in: ChainEnd
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": [p.to_json() for p in self.path], "ends_in": self.ends_in.to_json()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -604,6 +781,7 @@ class DumpReport:
     native: bool = False
     samples: int = 1
     notes: tuple[str, ...] = field(default=())
+    chains: tuple[Chain, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -611,6 +789,7 @@ class DumpReport:
             "ranks": [r.to_json() for r in self.ranks],
             "groups": [g.to_json() for g in self.groups],
             "suspects": [s.to_json() for s in self.suspects],
+            "chains": [c.to_json() for c in self.chains],
             "notes": list(self.notes),
         }
 
@@ -642,3 +821,48 @@ class FrRank:
 
 def _round(v: float | None) -> float | None:
     return None if v is None else round(v, 3)
+
+
+# ---------------------------------------------------------------- NCCL RAS
+
+
+@dataclass(frozen=True, slots=True)
+class RasRank:
+    """One rank of a communicator as NCCL's RAS reports it (answering, or missing)."""
+
+    rank: int | None
+    host: str | None
+    pid: int | None
+    cuda_dev: int | None
+    counts: tuple[tuple[str, int], ...] = ()  # collective type → operations enqueued ("AllReduce", 6)
+    missing: bool = False  # listed under missing ranks: its process did not answer
+    unresponsive: bool | None = None
+    considered_dead: bool | None = None
+    abort: bool | None = None  # the communicator was aborted in this rank
+    async_error: int | None = None
+
+    def count(self, op: str) -> int | None:
+        for k, v in self.counts:
+            if k == op:
+                return v
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class RasComm:
+    """One NCCL communicator: its ranks that answered and the ones that did not."""
+
+    hash: str
+    size: int | None
+    ranks: tuple[RasRank, ...]
+    missing: tuple[RasRank, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RasReport:
+    """One RAS status answer (all communicators of every NCCL process of the job that one RAS thread knows)."""
+
+    nccl_version: str | None
+    comms: tuple[RasComm, ...]
+    missing_processes: tuple[tuple[int | None, str | None], ...] = ()  # (pid, host) of job processes not answering
+    source: str = "json"  # "json" | "text"

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from verltop import fmt
-from verltop.analysis.collectives import collective_pending
-from verltop.analysis.merge import build_tree, compact_labels, rank_label, tree_text
-from verltop.model import DumpReport, Snapshot
+from verltop.analysis.chains import chain_text, group_chains
+from verltop.analysis.collectives import calling_frame, collective_pending
+from verltop.analysis.merge import build_tree, compact_labels, rank_label, short_title, tree_text
+from verltop.model import DumpReport, ProcRow, RankDump, Snapshot, Suspect
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
@@ -35,9 +36,18 @@ def snapshot_text(s: Snapshot) -> str:
             fmt.pct(a.gpu_util_percent), fmt.size(a.gpu_mem_bytes), fmt.pct(a.cpu_percent), fmt.size(a.rss_bytes),
             a.state, a.task or "-", fmt.age(a.task_running_s), ("STALLED: " + a.stall_reason) if a.stalled else "",
         ])
+        for c in a.processes:
+            rows.append(_proc_cells(c, "  " * c.depth + "└ " + fmt.short_title(c.title), ""))
     table = _table(["GROUP", "ROLE", "RANK", "NODE", "PID", "GPU", "GPU%", "GMEM", "CPU%", "RSS", "STATE",
                     "TASK", "AGE", "STALL"], rows)
-    return "\n".join([*head, *pending_text(s), "", table])
+    out = [*head, *pending_text(s), "", table]
+    if s.orphans:
+        out += ["", "ORPHANS (processes with no live actor above them)"]
+        out.append(_table(["NODE", "PID", "PPID", "GPU", "GMEM", "CPU%", "RSS", "TITLE"], [
+            [o.node_ip or "-", str(o.pid), str(o.ppid or "-"), "-" if o.gpu_index is None else str(o.gpu_index),
+             fmt.size(o.gpu_mem_bytes), fmt.pct(o.cpu_percent), fmt.size(o.rss_bytes), o.title or "-"]
+            for o in s.orphans]))
+    return "\n".join(out)
 
 
 def pending_text(s: Snapshot) -> list[str]:
@@ -50,6 +60,11 @@ def pending_text(s: Snapshot) -> list[str]:
             *("  " + ln for ln in _table(["KIND", "NAME", "GROUP", "STATE", "WAITED", "WHY"], rows).splitlines())]
 
 
+def _proc_cells(c: ProcRow, label: str, node: str) -> list[str]:
+    return ["", label, "", node, str(c.pid), "-" if c.gpu_index is None else str(c.gpu_index), "",
+            fmt.size(c.gpu_mem_bytes), fmt.pct(c.cpu_percent), fmt.size(c.rss_bytes), "", "", "", ""]
+
+
 def dump_text(r: DumpReport) -> str:
     out = []
     ok = sum(1 for x in r.ranks if x.error is None)
@@ -58,12 +73,15 @@ def dump_text(r: DumpReport) -> str:
     for n in r.notes:
         out.append(f"note: {n}")
     out.append("")
+    if r.chains:
+        out.append("WAIT CHAINS (who waits on whom, from the top; each ends where nothing it waits on is seen)")
+        for c, n in group_chains(r.chains):
+            out.append(f"  {chain_text(c)}" + (f"  (×{n}: as many chains of this shape)" if n > 1 else ""))
+        out.append("")
     if r.suspects:
         out.append("SUSPECTS (most likely first)")
         for s in r.suspects:
-            who = ("placement group" if s.placement_group_id else
-                   f"{s.worker_group}:{s.rank}" if s.worker_group else s.actor_id[:12])
-            out.append(f"  {who}: {s.reason}")
+            out.append(f"  {suspect_label(s, r)}: {s.reason}")
     else:
         out.append("SUSPECTS: none (no rank stands apart from its peers)")
     out.append("")
@@ -74,11 +92,15 @@ def dump_text(r: DumpReport) -> str:
         if x.collective and x.collective.op:
             done = "" if collective_pending(x.collective) else ", completed"
             op += f" [{x.collective.op} seq {x.collective.seq}{done}]"
-        frame = (x.blocked_on.frame if x.blocked_on else None) or (x.stack[0].short() if x.stack else "-")
+        frame = calling_frame(x.blocked_on, x.stack)
         motion = "-" if x.stuck is None else ("stuck" if x.stuck else "moving")
+        err = x.error.text if x.error else ""
+        if x.death is not None:
+            err = f"{err} [death: {x.death.kind}: {x.death.detail or '-'}]".strip()
         rows.append([a.worker_group or "-", "-" if a.rank is None else str(a.rank), a.role, a.node_ip or "-",
-                     str(a.pid or "-"), op, frame or "-", motion, x.error.text if x.error else ""])
-    out.append(_table(["GROUP", "RANK", "ROLE", "NODE", "PID", "WAITS IN", "FRAME", "MOTION", "ERROR"], rows))
+                     str(a.pid or "-"), _process(x), op, frame or "-", motion, err])
+    out.append(_table(["GROUP", "RANK", "ROLE", "NODE", "PID", "PROCESS", "WAITS IN", "FRAME", "MOTION", "ERROR"],
+                      rows))
     out.append("")
     out.append("MERGED STACKS (rank sets, outermost frame first)")
     stacks = {rank_label(x): x.stack for x in r.ranks if x.main is not None}
@@ -92,14 +114,36 @@ def dump_text(r: DumpReport) -> str:
     return "\n".join(out)
 
 
+def _process(x: RankDump) -> str:
+    """The actor's own process is named by its actor; a child by its title, under its parent."""
+    if x.is_driver:
+        return "driver"
+    if x.process is None:
+        return x.actor.actor_name or "-"
+    return f"└ {short_title(x.process)} (parent {x.parent_pid})"
+
+
+def suspect_label(s: Suspect, r: DumpReport) -> str:
+    """``x2s:1``, ``vllm_server_0_0/VLLM::Worker_TP1 (pid 4242)``."""
+    hit = next((x for x in r.ranks if x.actor.actor_id == s.actor_id and x.actor.pid == s.pid), None)
+    if hit is not None:
+        return rank_label(hit)
+    if s.placement_group_id:
+        return "placement group"
+    return f"{s.worker_group}:{s.rank}" if s.worker_group else s.actor_id[:12]
+
+
 def full_stacks_text(r: DumpReport) -> str:
     """Every thread of every rank (for saved dumps)."""
     out = []
     for x in r.ranks:
         a = x.actor
-        out.append(f"=== {rank_label(x)} role={a.role} pid={a.pid} node={a.node_ip} task={a.task or '-'}")
+        out.append(f"=== {rank_label(x)} role={a.role} pid={a.pid} node={a.node_ip} task={a.task or '-'}"
+                   + (f" parent={x.parent_pid}" if x.process is not None else ""))
         if x.error:
             out.append(f"    error: {x.error.text}")
+        if x.death:
+            out.append(f"    death: {x.death.kind}: {x.death.detail or '-'}")
         last = next((s for s in reversed(x.samples) if s.threads), None)
         for t in last.threads if last else ():
             state = "active" if t.active else "idle"

@@ -5,6 +5,7 @@ placement group is."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -216,7 +217,7 @@ def test_actor_rows_say_why_they_cannot_start():
     assert loop.reason.startswith("actor DEAD after 5 restarts: worker process died (SYSTEM_ERROR)")
     # the whole text stays, never cut
     pip = next(a for a in actors if a.name == "pip_fail_actor")
-    assert len(pip.death_detail) > 2000 and pip.death_detail.rstrip().endswith(
+    assert len(pip.death_text) > 2000 and pip.death_text.rstrip().endswith(
         "No matching distribution found for this-package-does-not-exist-xyz==9.9")
 
 
@@ -279,3 +280,34 @@ def test_controller_waiting_for_workers_that_do_not_exist_names_the_pending_grou
     # without a controller in ray.get the pending group is still a suspect, a weaker one
     r = analyse([], {}, 0.0, pending=pending)
     assert r.suspects[0].score == 50.0 and r.suspects[0].reason.startswith("placement group Wb5vE3verl_group_2:0")
+
+
+# ---------------------------------------------------------------- wait chains
+
+
+def test_the_controllers_wait_chain_ends_in_the_pending_placement_group():
+    from tests.analysis.test_chains import JOB, task
+    from verltop.analysis.chains import chain_text, driver_task_id
+
+    pd, actors, nodes = moment("infeasible/hung")
+    pending = build_pending(pd, actors, nodes, pd.pgs[0].created_s + 300)
+    ctl_id = "c3" * 12 + JOB
+    ctl = replace(row(ctl_id, None, None, "controller", task="TaskRunner.run", pid=10), job_id=JOB)
+    drv = replace(row("driver:" + JOB, None, None, "driver", task=None, pid=5), actor_name="driver",
+                  class_name="driver", job_id=JOB)
+    run_task = task("0" * 16, "TaskRunner.run", ctl_id, driver_task_id(JOB), 10)
+    samples = {ctl_id: [controller_in_get()] * 2, drv.actor_id: [controller_in_get()] * 2}
+    r = analyse([ctl, drv], samples, 0.0, tasks=[run_task], pending=pending)
+    (c,) = r.chains
+    assert [lk.pid for lk in c.path] == [5, 10]  # driver → TaskRunner.run, as Ray's task tree says
+    assert c.ends_in.placement_group_id == pending[0].id and c.ends_in.pid is None
+    assert c.to_json()["ends_in"]["placement_group_id"] == pending[0].id
+    text = chain_text(c)
+    assert text.startswith("driver (pid 5) → ") and "on workers that do not exist yet: placement group " \
+        "Wb5vE3verl_group_2:0 is not placed: 2 bundles × {CPU: 10} STRICT_PACK" in text
+    # the suspect: the placement group, once
+    assert [s.placement_group_id for s in r.suspects] == [pending[0].id]
+    # a controller alone (nothing else dumped) gets a chain of its own; without pending work, none
+    r = analyse([ctl], {ctl_id: [controller_in_get()] * 2}, 0.0, pending=pending)
+    assert [(len(c.path), c.ends_in.placement_group_id) for c in r.chains] == [(1, pending[0].id)]
+    assert analyse([ctl], {ctl_id: [controller_in_get()] * 2}, 0.0).chains == ()

@@ -85,6 +85,6 @@ def test_actor_rows_keep_the_whole_text_and_the_setup_kinds_only():
     by = {a.name: a for a in rows}
     pip = by["pip_fail_actor"]
     assert (pip.death_kind, pip.env_setup) == ("runtime_env_failed", ("pip",))
-    assert pip.death_detail.startswith("Could not create the actor") and len(pip.death_detail) > 2000
+    assert pip.death_text.startswith("Could not create the actor") and len(pip.death_text) > 2000
     assert by["conda_fail_actor"].env_setup == ("conda",)
     assert "this-package-does-not-exist" not in repr(pip.env)  # runtime-env values are never kept

@@ -15,11 +15,16 @@ from dataclasses import dataclass, field
 
 from verltop import fmt
 from verltop.analysis import roles as R
+from verltop.analysis.waiters import Activity
 from verltop.model import (
     Capacity,
+    Chain,
+    ChainEnd,
+    ChainLink,
     ClusterLoad,
     Node,
     PendingItem,
+    RankDump,
     RawActor,
     RawPendingTask,
     RawPlacementGroup,
@@ -345,18 +350,76 @@ def startup_stall(a: RawActor, item: PendingItem | None, pd: PendingData, now: f
 
 def chain_end(pending: Sequence[PendingItem], worker_group: str | None = None) -> PendingItem | None:
     """Where a controller's ``ray.get`` on workers that do not exist yet ends: the placement group Ray has
-    not placed (that worker group's, when known), the longest-waiting first. A wait chain that reaches a
-    controller in ``ray.get`` with no live worker to wait on ends here."""
+    not placed (that worker group's, when known), the one Ray cannot place and the longest-waiting first."""
     pgs = [p for p in pending if p.kind == "placement_group"]
     if worker_group is not None:
         pgs = [p for p in pgs if p.worker_group == worker_group] or pgs
     return max(pgs, key=lambda p: (blocked(p), p.waiting_s or 0.0), default=None)
 
 
+def _waiters(ranks: Sequence[RankDump], acts: Mapping[str, Activity]) -> list[tuple[RankDump, Activity]]:
+    """The controller and drivers that wait in ``ray.get`` / ``ray.wait`` (their own process, not a child)."""
+    out = []
+    for r in ranks:
+        a = acts.get(r.key)
+        if r.process is None and (r.is_driver or r.actor.role == "controller") and a is not None \
+                and a.kind == "ray_wait":
+            out.append((r, a))
+    return out
+
+
+def _pg_end(pg: PendingItem, a: Activity) -> ChainEnd:
+    return ChainEnd(None, None, a.frame, f"waits in {a.what or 'ray.get'} at {a.frame or '?'} on workers that do not "
+                    f"exist yet: placement group {pg.name or pg.id} is not placed: {pg.reason}",
+                    placement_group_id=pg.id)
+
+
+def pending_chains(chains: list[Chain], ranks: Sequence[RankDump], acts: Mapping[str, Activity],
+                   pending: Sequence[PendingItem]) -> list[Chain]:
+    """Wait chains that end in a controller or driver waiting in ``ray.get`` (on tasks no dumped process
+    runs) end, one hop further, in the placement group Ray has not placed; such a waiter that is on no chain
+    (nothing else was dumped) gets a chain of its own. Those chains come first: they say why nothing runs."""
+    pg = chain_end(pending)
+    waiters = _waiters(ranks, acts)
+    if pg is None or not waiters:
+        return chains
+
+    def hit(link: ChainLink) -> tuple[RankDump, Activity] | None:
+        return next(((r, a) for r, a in waiters if r.actor.pid == link.pid and
+                     (link.actor_id is None if r.is_driver else link.actor_id == r.actor.actor_id)), None)
+
+    out, on_chain = [], set()
+    for c in chains:
+        for link in c.path:
+            w = hit(link)
+            if w is not None:
+                on_chain.add(w[0].key)
+        w = hit(c.path[-1])
+        out.append(Chain(c.path, _pg_end(pg, w[1])) if w is not None and c.ends_in.pid == w[0].actor.pid else c)
+    for r, a in waiters:
+        if r.key not in on_chain:
+            link = ChainLink(None if r.is_driver else r.actor.actor_id, r.actor.actor_name or r.actor.class_name,
+                             r.actor.task, r.actor.pid)
+            out.append(Chain((link,), _pg_end(pg, a)))
+    out.sort(key=lambda c: c.ends_in.placement_group_id is None)  # stable: the rest keep their order
+    return out
+
+
+def pending_suspects_of(ranks: Sequence[RankDump], acts: Mapping[str, Activity],
+                        pending: Sequence[PendingItem]) -> list[Suspect]:
+    """``pending_suspects`` for a dump: is the controller (or a driver) seen waiting in ``ray.get``?"""
+    if not pending:
+        return []
+    waiters = _waiters(ranks, acts)
+    frame = waiters[0][1].frame if waiters else None
+    return pending_suspects(pending, frame, bool(waiters))
+
+
 def pending_suspects(pending: Sequence[PendingItem], controller_frame: str | None, controller_waits: bool
                      ) -> list[Suspect]:
     """Placement groups Ray cannot place are suspects: the controller's ``ray.get`` waits on workers that
-    need them (score 95 when the controller is seen waiting in ``ray.get``, else 50)."""
+    need them (score 95 when the controller is seen waiting in ``ray.get``, else 50; 20 for one that merely
+    has not been placed yet)."""
     out = []
     for p in pending:
         if p.kind != "placement_group":
@@ -368,6 +431,6 @@ def pending_suspects(pending: Sequence[PendingItem], controller_frame: str | Non
                       f"yet: {what} is not placed{waited}: {p.reason}")
         else:
             reason = f"{what} is not placed{waited}: {p.reason}"
-        out.append(Suspect("", p.worker_group, None, reason, 95.0 if controller_waits else 50.0 if blocked(p) else 20.0,
-                           placement_group_id=p.id))
+        score = 95.0 if controller_waits else 50.0 if blocked(p) else 20.0
+        out.append(Suspect("", p.worker_group, None, reason, score, placement_group_id=p.id))
     return out

@@ -53,6 +53,11 @@ class Engine(ABC):
     def set_focus(self, node_ids: Iterable[str]) -> None:  # noqa: B027 - optional hint
         """The nodes whose rows a view shows (top first): their per-process figures are read first."""
 
+    def want_processes(self, node_ids: Iterable[str]) -> list[str]:
+        """Read the process trees of these nodes too (other nodes are not read until asked). Returns the
+        nodes that will be read now; an engine that cannot read processes returns none."""
+        return []
+
     @property
     @abstractmethod
     def has_data(self) -> bool:

@@ -20,10 +20,22 @@ from verltop.analysis.history import TaskHistory
 from verltop.analysis.stalls import StallSettings
 from verltop.analysis.view import ClusterData, build_snapshot, group_key, running_task_rows
 from verltop.convert import one_line
+from verltop.engine import nccl_ras
 from verltop.engine.base import Engine
 from verltop.engine.dumps import DumpJob, ProgressFn
 from verltop.engine.pending import PendingWatch
-from verltop.model import ActorRow, Node, Problem, ProcStat, RawActor, RawTask, Snapshot, SourceStatus
+from verltop.engine.trees import RemoteTrees
+from verltop.model import (
+    ActorRow,
+    Node,
+    Problem,
+    ProcStat,
+    RasReport,
+    RawActor,
+    RawTask,
+    Snapshot,
+    SourceStatus,
+)
 from verltop.sources import dashboard as D
 from verltop.sources.config import Endpoint
 from verltop.sources.http import DashboardClient
@@ -33,6 +45,7 @@ from verltop.sources.pyspy import DumpOptions
 log = logging.getLogger("verltop.engine")
 
 DETAIL_REFRESH_S = 30.0  # detail rows are re-read at least this often
+ROLES_EVERY_S = 15.0  # how often groups whose roles are unknown are looked up
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +60,8 @@ class Intervals:
     local_s: float = 1.0
     timeout_s: float = 10.0
     max_node_details: int = 8  # remote /nodes/{id} calls per cycle
+    # process trees of other nodes (through a probe): only nodes asked about, while on screen
+    trees_s: float = 10.0
 
     @classmethod
     def every(cls, interval_s: float, timeout_s: float = 10.0) -> Intervals:
@@ -76,9 +91,10 @@ class _Sources:
     tasks: SourceState = field(default_factory=lambda: SourceState("tasks"))
     nodes: SourceState = field(default_factory=lambda: SourceState("nodes"))
     local: SourceState = field(default_factory=lambda: SourceState("local"))
+    engine: SourceState = field(default_factory=lambda: SourceState("engine"))  # verltop's own helper polls
 
     def all(self) -> list[SourceState]:
-        return [self.actors, self.tasks, self.nodes, self.local]
+        return [self.actors, self.tasks, self.nodes, self.local, self.engine]
 
 
 class Monitor(Engine):
@@ -93,6 +109,7 @@ class Monitor(Engine):
         use_nvml: bool = True,
         transport: str = "aiohttp",
         clock: Callable[[], float] = time.time,
+        ras_addrs: tuple[str, ...] = (),
     ) -> None:
         super().__init__(clock)
         self.endpoint = endpoint
@@ -112,6 +129,7 @@ class Monitor(Engine):
         self.sampler = LocalSampler(use_nvml=use_nvml) if use_local else None
         self._local_addrs = local_addresses() if use_local else set()
         self._tasks: list[asyncio.Task] = []
+        self.remote = RemoteTrees(interval_s=self.iv.trees_s)
         self._detail_cursor = 0
         self.truncated: str | None = None
         self.seeded = False
@@ -122,6 +140,7 @@ class Monitor(Engine):
         self._task_detail_at: float | None = None
         self._last_task_poll: float | None = None
         self._focus: dict[str, None] = {}  # node ids on screen, top first
+        self._internal: dict[str, Problem] = {}  # helper polls that failed with a bug, until they succeed
         self._hist_free = asyncio.Event()
         self._hist_free.set()
         self._dirty = asyncio.Event()  # a poll brought something new
@@ -129,11 +148,25 @@ class Monitor(Engine):
         self._last_build = 0.0
         self.snapshots_built = 0
         self.last_build_ms = 0.0
+        self.ras_addrs = ras_addrs  # NCCL RAS addresses given by the user (else from the ranks' runtime env)
+        self.ras: RasReport | None = None
+        self.ras_problems: list[Problem] = []
 
     # ---------------------------------------------------------- Engine
 
     def set_focus(self, node_ids: Iterable[str]) -> None:
         self._focus = dict.fromkeys(node_ids)
+
+    def want_processes(self, node_ids: Iterable[str]) -> list[str]:
+        """Read the process trees of these nodes (through a probe: other nodes only; this machine's are
+        read every local poll), now and then every ``trees_s`` while they are on screen. Returns the
+        nodes that will be read now (those not asked about before)."""
+        local = self.local_node_ids()
+        new = self.remote.ask(n for n in node_ids if n and n not in local)
+        if new:
+            self._tasks.append(asyncio.create_task(self._guarded(lambda: self._read_trees(new), None),
+                                                   name="verltop-trees-now"))
+        return new
 
     @property
     def has_data(self) -> bool:
@@ -141,7 +174,7 @@ class Monitor(Engine):
 
     def connection_problem(self) -> Problem | None:
         for s in self.src.all():
-            if s.error and s.ok_at is None and s is not self.src.local:
+            if s.error and s.ok_at is None and s not in (self.src.local, self.src.engine):
                 return s.error
         return None
 
@@ -157,10 +190,13 @@ class Monitor(Engine):
             (self._poll_tasks, lambda: self.iv.tasks_s, self.src.tasks),
             (self._poll_nodes, lambda: self.iv.nodes_s, self.src.nodes),
             (self._poll_node_details, lambda: self.iv.node_detail_s, None),
+            (self._poll_roles, lambda: ROLES_EVERY_S, None),
+            (self._poll_trees, lambda: min(2.0, self.iv.trees_s), None),
             (self._poll_pending, lambda: self.iv.actors_s, self.pending.state),  # it decides when to read
         ]
         if self.use_local:
             loop_specs.append((self._poll_local, lambda: self.iv.local_s, self.src.local))
+            loop_specs.append((self._poll_ras, lambda: self.iv.tasks_s, None))
         for fn, iv, st in loop_specs:
             self._tasks.append(asyncio.create_task(self._loop(fn, iv, st), name=f"verltop-{fn.__name__}"))
         self._tasks.append(asyncio.create_task(self._guarded(self._seed_history, self.src.tasks)))
@@ -173,15 +209,38 @@ class Monitor(Engine):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         self._tasks.clear()
+        await self.remote.close()
         await self.client.close()
         if self.sampler:
             await asyncio.to_thread(self.sampler.close)
+
+    def ras_addresses(self, actors: tuple[ActorRow, ...] | list[ActorRow]) -> list[tuple[str, int]]:
+        return nccl_ras.addresses(actors, self.local_node_ids(), self.ras_addrs)
+
+    async def _poll_ras(self) -> None:
+        """NCCL RAS on this machine, only while a rank that can run NCCL looks stalled (about 0.5 ms a query:
+        cheap, but nothing to learn from it while the job makes progress)."""
+        snap = self.latest
+        suspected = snap is not None and any(a.stalled and a.state == "ALIVE" and (a.gpu_index is not None or a.ras_addr
+                                                                                   or self.ras_addrs)
+                                             for a in snap.actors)
+        if not suspected:
+            if self.ras is not None:
+                self.ras = None
+                self._dirty.set()
+            return
+        report, self.ras_problems = await nccl_ras.read(self.ras_addresses(snap.actors), self.iv.timeout_s)
+        if report != self.ras:
+            self.ras = report
+            self._dirty.set()
 
     def dump(self, snap: Snapshot, group: str | None, opts: DumpOptions,
              on_progress: ProgressFn | None = None, use_logs: bool = True,
              refresh_rows: Callable[[], Awaitable[dict[str, ActorRow]]] | None = None) -> DumpJob:
         return DumpJob(self.client, self.local_node_ids(), dump_targets(snap.actors, group), opts, on_progress,
-                       use_logs=use_logs, refresh_rows=refresh_rows, clock=self.clock, pending=snap.pending)
+                       use_logs=use_logs, refresh_rows=refresh_rows, clock=self.clock, nodes=snap.nodes,
+                       drivers=group is None, ras_addrs=self.ras_addresses(snap.actors) if self.use_local else [],
+                       pending=snap.pending)
 
     async def log_tail(self, actor_id: str, stream: str = "err", lines: int = 200) -> tuple[str | None, Problem | None]:
         r = await D.fetch_log_tail(self.client, actor_id, stream, lines)
@@ -235,26 +294,40 @@ class Monitor(Engine):
             await asyncio.sleep(max(0.05, wait))
 
     async def _guarded(self, fn: Callable, st: SourceState | None) -> None:
-        """One poll. An exception (a bug, not a dashboard failure: those are values) becomes that source's
-        problem in the header, and is logged, instead of a loop that silently stops."""
+        """One poll. An exception (a bug, not a dashboard failure: those are values) becomes a problem in the
+        header — the source's own, or the engine's for helpers without one — and is logged, instead of a loop
+        that silently stops. It clears when that poll next succeeds."""
+        what = fn.__name__.removeprefix("_poll_").removeprefix("_").replace("_", " ")
         try:
             await fn()
         except asyncio.CancelledError:
             raise
         except Exception as e:
             log.error("%s failed", fn.__name__, exc_info=True)
+            p = Problem("internal", f"{what} poll failed: {e.__class__.__name__}: {one_line(e, 160)}",
+                        "a verltop bug: the traceback is in verltop's log")
             if st is not None:
-                st.error = Problem("internal", f"{st.name} poll failed: {e.__class__.__name__}: {one_line(e, 160)}",
-                                   "a verltop bug: see the log file")
+                st.error = p
                 st.backoff_s = min(10.0, max(2.0, st.backoff_s * 2 or 2.0))
+            else:
+                self._internal[what] = p
+                self.src.engine.error = next(iter(self._internal.values()))
             self._dirty.set()
+        else:
+            if st is None and self._internal.pop(what, None) is not None:
+                self.src.engine.error = next(iter(self._internal.values()), None)
+                self._dirty.set()
 
     # ---------------------------------------------------------- one-shot
 
-    async def poll_once(self, seed: bool = True, node_details: bool = True, cpu_window_s: float = 0.0) -> None:
+    async def poll_once(self, seed: bool = True, node_details: bool = True, cpu_window_s: float = 0.0,
+                        ras: bool = False, remote_processes: bool = False) -> None:
         """Every source once, concurrently (``verltop snapshot``; ``dump`` skips the per-worker CPU/RSS of
         ``node_details``, which it does not show). With ``cpu_window_s``, local processes are sampled twice
-        that far apart, so CPU % measures something."""
+        that far apart, so CPU % measures something. With ``ras``, NCCL RAS is asked too when a local rank
+        can run NCCL (a one-shot command has no earlier snapshot to tell whether something looks stalled).
+        ``remote_processes``: the process trees of every other node with actors too, through a probe
+        (imports ray)."""
         jobs = [self._poll_actors(), self._poll_tasks(), self._poll_nodes(), self._poll_pending(force=True)]
         if seed:
             jobs.append(self._seed_history())
@@ -263,9 +336,22 @@ class Monitor(Engine):
         await self._poll_local()
         if node_details:
             await self._poll_node_details(all_nodes=True)
-        if cpu_window_s > 0 and self.sampler is not None and self.src.local.value is not None:
+        if ras and self.use_local:
+            addrs = self.ras_addresses(self.snapshot().actors)
+            if addrs:
+                self.ras, self.ras_problems = await nccl_ras.read(addrs, self.iv.timeout_s)
+        remote: list[str] = []
+        if remote_processes:
+            local = self.local_node_ids()
+            remote = sorted({a.node_id for a in self._actors_on(self._known_nodes()) if a.node_id and
+                             a.node_id not in local})
+            self.remote.ask(remote)
+            await self._read_trees(remote)
+        if cpu_window_s > 0 and (self.src.local.value is not None or self.remote.trees):
             await asyncio.sleep(max(0.0, cpu_window_s - (time.monotonic() - t0)))
-            await self._poll_local()
+            if self.sampler is not None and self.src.local.value is not None:
+                await self._poll_local(tree_now=True)
+            await self._read_trees([n for n in remote if n in self.remote.trees])
 
     async def seed_roles(self) -> None:
         """Method names of finished tasks (no times): which roles idle colocated workers host."""
@@ -277,6 +363,28 @@ class Monitor(Engine):
             method = R.method_of(t.func_name) or t.name
             if t.actor_id and method != "__init__":
                 self.hist.remember_method(t.actor_id, method)
+
+    async def _poll_roles(self) -> None:
+        """Which roles a colocated group hosts is learnt from the methods its ranks run; a short method (an RM
+        scoring a batch in a second) can start and finish between two polls and never be seen running. For
+        groups whose methods are still unknown, ask Ray for one rank's finished tasks (a GCS-side filter: a
+        small read), a few groups per cycle."""
+        by_group: dict[str, list[RawActor]] = {}
+        for a in self.src.actors.value or []:
+            ident = R.identity(a)
+            if a.state == "ALIVE" and ident.base_role == "colocated":
+                by_group.setdefault(group_key(ident, a.class_name), []).append(a)
+        unknown = [ms[0] for ms in by_group.values() if not any(self.hist.methods_by_actor.get(m.actor_id) for m in ms)]
+        for a in unknown[:4]:
+            r = await D.fetch_finished_tasks(self.client, limit=200, timeout_s=self.iv.timeout_s, detail=False,
+                                             actor_id=a.actor_id)
+            methods = [R.method_of(t.func_name) or t.name for t in (r.value or []) if r.ok]
+            methods = [m for m in methods if m != "__init__"]
+            if methods:
+                await self._hist_ready()
+                for m in methods:
+                    self.hist.remember_method(a.actor_id, m)
+                self._dirty.set()
 
     async def _seed_history(self) -> None:
         r = await D.fetch_finished_tasks(self.client, timeout_s=self.iv.timeout_s)
@@ -489,12 +597,24 @@ class Monitor(Engine):
         for nid in [k for k in self.node_details if k not in wanted]:
             del self.node_details[nid]
 
-    async def _poll_local(self) -> None:
+    def _known_nodes(self) -> set[str]:
+        return {n.node_id for n in (self.src.nodes.value or [])} | {a.node_id or "" for a in (self.src.actors.value or [])}
+
+    async def _poll_trees(self) -> None:
+        """Asked-about nodes on screen whose tree is older than ``trees_s``."""
+        if self.remote.asked:
+            await self._read_trees(self.remote.due(self._focus, time.time()))
+
+    async def _read_trees(self, node_ids: list[str]) -> None:
+        if node_ids and await self.remote.read_nodes(node_ids, self._actors_on(set(node_ids)), self.data().nodes):
+            self._dirty.set()
+
+    async def _poll_local(self, tree_now: bool = False) -> None:
         if self.sampler is None:
             return
         pids = {a.pid for a in self._actors_on(self.candidate_local_ids()) if a.pid}
         try:
-            s = await asyncio.to_thread(self.sampler.sample, pids)
+            s = await asyncio.to_thread(self.sampler.sample, pids, tree_now)
         except Exception as e:
             log.error("local sampling failed", exc_info=True)
             self._record(self.src.local, D.Result(None, Problem("internal", f"local sampling failed: {one_line(e)}"),
@@ -507,10 +627,17 @@ class Monitor(Engine):
     def _note_gpu_use(self, s: LocalSample) -> None:
         if not s.gpus:
             return
+        # a child's GPU counts for its actor's task (a rollout server's engine holds the GPU)
+        root_of: dict[int, int] = {}
+        if s.tree is not None:
+            roots = set(s.tree.roots)
+            for p in s.tree.procs:
+                if p.ppid is not None:
+                    root_of[p.pid] = p.ppid if p.ppid in roots else root_of.get(p.ppid, p.ppid)
         util_by_pid: dict[int, float | None] = {}
         for g in s.gpus:
             for pid, _, _ in g.processes:
-                util_by_pid[pid] = g.util_percent
+                util_by_pid[root_of.get(pid, pid)] = g.util_percent
         for t in self.src.tasks.value or []:
             if t.worker_pid in util_by_pid:
                 self.hist.note_gpu(t.task_id, util_by_pid[t.worker_pid])
@@ -525,8 +652,12 @@ class Monitor(Engine):
                      for n in nodes]
         ls: LocalSample | None = self.src.local.value
         procs: dict[int, ProcStat] = ls.procs if ls else {}
-        statuses = [s.status(now) for s in self.src.all() if s is not self.src.local or self.use_local]
-        if not self.pending.unsupported:
+        statuses = [s.status(now) for s in self.src.all()
+                    if (s is not self.src.local or self.use_local) and (s is not self.src.engine or s.error)]
+        if self.remote.asked:  # no age: a node off screen is not re-read, and that is not staleness
+            statuses.append(SourceStatus("processes", None, self.remote.error))
+        # pending work's own line only when the actors' read is fine (else it repeats the same problem)
+        if not self.pending.unsupported and self.src.actors.error is None:
             statuses.append(self.pending.state.status(now))
         return ClusterData(
             address=self.endpoint.address,
@@ -539,6 +670,9 @@ class Monitor(Engine):
             local_gpu_error=ls.gpu_error if ls else None,
             sources=tuple(statuses),
             truncated=self.truncated,
+            ras=self.ras,
+            local_tree=ls.tree if ls else None,
+            remote_trees=tuple(self.remote.trees.values()),
             pending=self.pending.data(),
         )
 

@@ -7,7 +7,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from verltop.model import ClusterLoad, Node, Problem, RawActor, RawPendingTask, RawPlacementGroup, RawTask
+from verltop.model import (
+    ClusterLoad,
+    Node,
+    Problem,
+    RawActor,
+    RawJob,
+    RawObjectRef,
+    RawPendingTask,
+    RawPlacementGroup,
+    RawTask,
+)
 from verltop.sources import parse, parse_pending
 from verltop.sources.http import DashboardClient, Reply
 
@@ -114,12 +124,34 @@ async def fetch_running_tasks(client: DashboardClient, timeout_s: float = 10.0, 
 
 
 async def fetch_finished_tasks(client: DashboardClient, limit: int = 2000, timeout_s: float = 15.0,
-                               detail: bool = True) -> Result[list[RawTask]]:
-    """FINISHED actor tasks, read once at start to seed the duration history (never on a timer).
-    Without ``detail``: names only (no times), enough to tell which roles a colocated worker hosts."""
-    params = _list_params(timeout_s, detail, limit) + _filters(("state", "=", "FINISHED"))
+                               detail: bool = True, actor_id: str | None = None) -> Result[list[RawTask]]:
+    """FINISHED actor tasks (of one actor: the filter is evaluated in GCS, so that read is small), to seed the
+    duration history. Without ``detail``: names only (no times), enough to tell which roles a colocated worker
+    hosts."""
+    flt = [("state", "=", "FINISHED")] + ([("actor_id", "=", actor_id)] if actor_id else [])
+    params = _list_params(timeout_s, detail, limit) + _filters(*flt)
     return await _get_parsed(client, "/api/v0/tasks", params, timeout_s + 2,
                              lambda doc, now: (parse.tasks(doc)[0], None))
+
+
+async def fetch_pending_refs(client: DashboardClient, limit: int = LIMIT, timeout_s: float = 10.0
+                             ) -> Result[list[RawObjectRef]]:
+    """References held to outputs of unfinished tasks (``task_status`` neither FINISHED nor NIL, no actor
+    handles): ``owner pid → task`` wait edges for calls made from async actors, whose ``parent_task_id`` is
+    only their creation task. Ray asks every worker of every node for this: read it only during a dump."""
+    def p(doc: Any, now: float) -> tuple[Any, str | None]:
+        rows, lr = parse.object_refs(doc)
+        return rows, _trunc_note("objects", lr)
+
+    params = _list_params(timeout_s, False, limit) + _filters(
+        ("task_status", "!=", "FINISHED"), ("task_status", "!=", "NIL"), ("reference_type", "!=", "ACTOR_HANDLE"))
+    return await _get_parsed(client, "/api/v0/objects", params, timeout_s + 2, p)
+
+
+async def fetch_jobs(client: DashboardClient, timeout_s: float = 10.0) -> Result[list[RawJob]]:
+    """Every job's driver: pid and node address."""
+    return await _get_parsed(client, "/api/v0/jobs", _list_params(timeout_s, None, 1000), timeout_s + 2,
+                             lambda doc, now: (parse.jobs(doc), None))
 
 
 async def fetch_nodes(client: DashboardClient, timeout_s: float = 10.0) -> Result[list[Node]]:

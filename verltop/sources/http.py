@@ -20,6 +20,7 @@ from verltop.sources.config import TOKEN_PLACES, Endpoint
 
 ALLOWED_PATHS = (
     re.compile(r"^/api/v0/(actors|tasks|nodes)$"),
+    re.compile(r"^/api/v0/(objects|jobs)$"),  # read only while a dump runs (wait chains, the driver)
     re.compile(r"^/nodes$"),
     re.compile(r"^/nodes/[0-9a-fA-F]{8,64}$"),
     re.compile(r"^/api/v0/logs/file$"),
@@ -201,9 +202,9 @@ def _retry_after(v: str | None, status: int) -> float | None:
 
 
 def _conn_reason(e: BaseException) -> str:
-    if isinstance(e, ConnectionRefusedError):
+    os_err = getattr(e, "os_error", None)  # aiohttp wraps the OSError
+    if isinstance(e, ConnectionRefusedError) or isinstance(os_err, ConnectionRefusedError):
         return "connection refused"
-    os_err = getattr(e, "os_error", None)
     s = str(getattr(os_err, "strerror", "") or os_err or e)
     return s.lower() if s else "connection failed"
 

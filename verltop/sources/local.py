@@ -1,4 +1,5 @@
-"""This machine: psutil per Ray worker process and NVML per GPU and per GPU process.
+"""This machine: psutil per Ray worker process, NVML per GPU and per GPU process, and the actors' process
+trees (``procfs.ProcReader``).
 
 Blocking calls: run them in a thread (``asyncio.to_thread``). Failures are values: a vanished pid is
 left out, NVML missing or failing gives ``gpus=None`` with a one-line reason.
@@ -11,7 +12,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from verltop.model import Gpu, ProcStat
+from verltop.convert import one_line
+from verltop.model import Gpu, Problem, ProcStat, ProcTree
+from verltop.sources.procfs import ProcReader
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +23,7 @@ class LocalSample:
     procs: dict[int, ProcStat]
     gpus: tuple[Gpu, ...] | None
     gpu_error: str | None
+    tree: ProcTree | None = None  # the descendants of the Ray workers in ``procs``
 
 
 def local_addresses() -> set[str]:
@@ -62,13 +66,17 @@ def ns_pid(pid: int) -> int | None:
 class LocalSampler:
     """Keeps psutil.Process objects between samples so ``cpu_percent`` measures the interval."""
 
-    def __init__(self, use_nvml: bool = True) -> None:
+    def __init__(self, use_nvml: bool = True, tree_every_s: float = 2.0) -> None:
         self._procs: dict[int, Any] = {}
         self._nvml: Any = None
         self._nvml_error: str | None = None
         self._use_nvml = use_nvml
         self._nvml_tried = False
         self._last_util_ts = 0
+        self._reader = ProcReader(max_fds=_fd_budget())
+        # the tree is read at the pace snapshots are built (2 s), not every local poll: half the cost
+        self.tree_every_s = tree_every_s
+        self._tree: ProcTree | None = None
 
     # ---------------------------------------------------------- processes
 
@@ -180,11 +188,30 @@ class LocalSampler:
         return Gpu(index=i, name=name, util_percent=util, mem_used_bytes=int(mem.used),
                    mem_total_bytes=int(mem.total), uuid=uuid, processes=tuple(out))
 
-    def sample(self, pids: set[int]) -> LocalSample:
+    def sample_tree(self, roots: set[int], gpus: tuple[Gpu, ...] | None = None) -> ProcTree:
+        """The descendants of ``roots`` (Ray workers here), and the loose processes: left behind by a root
+        that died, an engine's title with no live Ray worker above it, or GPU memory under no root."""
+        extra = {pid for g in gpus or () for pid, _, _ in g.processes} - roots
+        try:
+            plain = self._reader.read(sorted(roots), sorted(extra))
+        except OSError as e:  # no /proc (not Linux), or it cannot be listed
+            return ProcTree(time.time(), tuple(sorted(roots)),
+                            error=Problem("processes", f"cannot read processes: {one_line(e, 120)}"))
+        return tree_from_plain(plain, roots)
+
+    def sample(self, pids: set[int], tree_now: bool = False) -> LocalSample:
+        """Processes, GPUs, and the tree (every ``tree_every_s``, when the roots change, or ``tree_now``)."""
         procs = self.sample_procs(pids)
-        gpus, err = self.sample_gpus(pids)
+        # NVML's pids may be the host's: map the known descendants' too (their GPU memory is their actor's)
+        kids = {p.pid for p in self._tree.procs} if self._tree is not None else set()
+        gpus, err = self.sample_gpus(pids | kids)
         self._last_util_ts = int(time.time() * 1e6) - 1_000_000
-        return LocalSample(time.time(), procs, gpus, err)
+        roots = set(procs)
+        tree = self._tree
+        if (tree_now or tree is None or set(tree.roots) != roots
+                or time.time() - tree.taken_at >= self.tree_every_s - 0.05):
+            tree = self._tree = self.sample_tree(roots, gpus)
+        return LocalSample(time.time(), procs, gpus, err, tree)
 
     def close(self) -> None:
         if self._nvml is not None:
@@ -193,6 +220,34 @@ class LocalSampler:
             except Exception:  # noqa: BLE001
                 pass
             self._nvml = None
+
+
+def _fd_budget(want: int = 2048) -> int:
+    """How many descendants' stat files the reader may keep open: a quarter of the open-file limit, raised
+    first to the hard limit where that is low (1024 is a common soft limit; 2048 stat files are ~2 MB)."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and soft < 4 * want and (hard == resource.RLIM_INFINITY or hard > soft):
+            new = 4 * want if hard == resource.RLIM_INFINITY else min(hard, 4 * want)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+            soft = new
+        return max(16, min(want, (soft if soft != resource.RLIM_INFINITY else 4 * want) // 4))
+    except (ImportError, ValueError, OSError):
+        return 64
+
+
+def tree_from_plain(plain: dict[str, Any], roots: set[int] | list[int], node_id: str | None = None) -> ProcTree:
+    """``ProcReader.read``'s plain answer (here, or from a probe on ``node_id``) as a ``ProcTree``."""
+
+    def stat(r: Any) -> ProcStat:
+        pid, ppid, title, cpu, rss, ct = r
+        return ProcStat(pid=pid, cpu_percent=cpu, rss_bytes=rss, create_time_s=ct, title=title, ppid=ppid)
+
+    return ProcTree(taken_at=float(plain["taken_at"]), roots=tuple(sorted(roots)),
+                    procs=tuple(stat(r) for r in plain["procs"]), loose=tuple(stat(r) for r in plain["loose"]),
+                    left_by=tuple((int(a), int(b)) for a, b in plain["left_by"]), node_id=node_id)
 
 
 def _nvml_msg(e: Exception) -> str:

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from verltop.convert import to_float, to_int, to_str
-from verltop.model import Gpu, Node, ProcStat, RawActor, RawTask
-from verltop.sources.causes import death_parts, telling_line
+from verltop.model import Gpu, Node, ProcStat, RawActor, RawJob, RawObjectRef, RawTask
+from verltop.sources.causes import death_parts, redact, telling_line
 
 # The only runtime-env keys verltop ever reads. Everything else in a runtime env (API keys, tokens) is
 # dropped here, at the edge, so no later layer can show, log or save it.
@@ -26,6 +26,7 @@ RANK_ENV_KEYS = (
     "TORCH_FR_DUMP_TEMP_FILE",
     "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
     "TORCH_NCCL_DEBUG_INFO_PIPE_FILE",
+    "NCCL_RAS_ADDR",
 )
 
 MIB = 1024 * 1024
@@ -140,6 +141,34 @@ def resources(d: Any) -> tuple[tuple[str, float], ...]:
     return tuple(sorted(out))
 
 
+def _redacted(text: str | None) -> str | None:
+    return redact(text) if text else None
+
+
+def death_cause_full(dc: Any) -> str | None:
+    """Everything Ray says about a death, uncut: each context's message (a creation task's formatted
+    traceback, a runtime env's pip output) and, for a worker death, Ray's reason code (``[WORKER_DIED]``)."""
+    if dc is None:
+        return None
+    if isinstance(dc, str):
+        return dc or None
+    if not isinstance(dc, dict):
+        return None
+    parts = []
+    for ctx in dc.values():
+        if not isinstance(ctx, dict):
+            continue
+        msg = (ctx.get("formatted_exception_string") or ctx.get("error_message") or ctx.get("errorMessage")
+               or ctx.get("reason"))
+        reason = ctx.get("reason")
+        text = msg.strip() if isinstance(msg, str) else ""
+        if isinstance(reason, str) and reason and reason != msg:
+            text = f"[{reason}] {text}".rstrip()
+        if text:
+            parts.append(text)
+    return "\n".join(parts) or None
+
+
 def actor(row: Any) -> RawActor | None:
     r = _dict(row)
     actor_id = _str(r.get("actor_id"))
@@ -158,7 +187,7 @@ def actor(row: Any) -> RawActor | None:
         death_cause=telling_line(kind, detail),
         num_restarts=_int(r.get("num_restarts")),
         placement_group_id=_str(r.get("placement_group_id")) or None,
-        death_detail=detail,
+        death_text=_redacted(death_cause_full(r.get("death_cause"))),
         death_kind=kind,
         required_resources=resources(r.get("required_resources")),
         env_setup=env_setup(r.get("serialized_runtime_env")),
@@ -206,6 +235,8 @@ def task(row: Any) -> RawTask | None:
         start_time_ms=_float(r.get("start_time_ms")),
         end_time_ms=_float(r.get("end_time_ms")),
         attempt=_int(r.get("attempt_number")) or 0,
+        parent_task_id=_str(r.get("parent_task_id")) or None,
+        type=_str(r.get("type")) or None,
     )
 
 
@@ -215,6 +246,37 @@ def tasks(doc: Any) -> tuple[list[RawTask], ListResult]:
     if lr.rows and not out:
         raise ParseError("dashboard task rows lack task_id (schema changed?)")
     return out, lr
+
+
+def object_refs(doc: Any) -> tuple[list[RawObjectRef], ListResult]:
+    """/api/v0/objects → the references to outputs of tasks not finished yet (who waits on which task)."""
+    lr = state_api_rows(doc)
+    out = []
+    for r in lr.rows:
+        r = _dict(r)
+        oid = _str(r.get("object_id"))
+        if not oid or len(oid) < 48:
+            continue
+        out.append(RawObjectRef(object_id=oid, task_status=_str(r.get("task_status")) or None,
+                                reference_type=_str(r.get("reference_type")) or None,
+                                owner_pid=_int(r.get("pid")) or None, owner_ip=_str(r.get("ip")) or None))
+    return out, lr
+
+
+def jobs(doc: Any) -> list[RawJob]:
+    """/api/v0/jobs → each job's driver (pid, node). Only these fields are read: a job row also carries its
+    entrypoint, metadata and runtime env, which verltop never shows."""
+    out = []
+    for r in state_api_rows(doc).rows:
+        r = _dict(r)
+        jid = _str(r.get("job_id"))
+        if not jid:
+            continue
+        d = _dict(r.get("driver_info"))
+        out.append(RawJob(job_id=jid, status=(_str(r.get("status")) or "").upper() or None,
+                          driver_pid=_int(d.get("pid")) or None, driver_ip=_str(d.get("node_ip_address")) or None,
+                          driver_node_id=_str(r.get("driver_node_id")) or None))
+    return out
 
 
 def state_nodes(doc: Any) -> list[Node]:

@@ -1,8 +1,11 @@
-"""Probe actors: one per node, pinned there, running py-spy locally and returning its JSON.
+"""Probe actors: one per node, pinned there, running py-spy locally and returning its JSON, or reading the
+process trees below given pids there (``procfs.ProcReader``).
 
-Used only for a remote dump when the dashboard's profiling endpoint is off (Ray ≥ 2.56 default). This is
-the one place outside the demo that imports ray. The actors live in their own namespace, take no CPU, are
-not detached, and are killed when the dump ends (and die with this driver anyway).
+Used for a remote dump when the dashboard's profiling endpoint is off (Ray ≥ 2.56 default), and for the
+process trees of other nodes when someone asks for them. This is the one place outside the demo that imports
+ray. The actors live in their own namespace, take no CPU, are not detached, and are killed when the dump
+ends or verltop stops (and die with this driver anyway). What they run must not need verltop on that node:
+py-spy's arguments are built here, and ``procfs`` (stdlib only) is shipped by value.
 """
 
 from __future__ import annotations
@@ -14,9 +17,10 @@ import time
 from typing import Any
 
 from verltop.convert import one_line
-from verltop.model import Problem, ProcessDump
-from verltop.sources import pyspy
+from verltop.model import Problem, ProcessDump, ProcTree
+from verltop.sources import procfs, pyspy
 from verltop.sources.config import resolve_token
+from verltop.sources.local import tree_from_plain
 from verltop.sources.pyspy import DumpOptions
 
 NAMESPACE = "verltop-probe"
@@ -24,10 +28,26 @@ NAMESPACE = "verltop-probe"
 
 def _probe_class() -> Any:
     import ray
+    from ray import cloudpickle
+
+    # ProcReader travels with the class, by value: the node may have no verltop to import it from
+    cloudpickle.register_pickle_by_value(procfs)
+    reader_cls = procfs.ProcReader
 
     @ray.remote(num_cpus=0, max_concurrency=64)
     class VerltopProbe:
-        """Runs py-spy on its node."""
+        """Runs py-spy on its node, and reads process trees there."""
+
+        def __init__(self) -> None:
+            self._reader: Any = None
+            self._lock = threading.Lock()
+
+        def tree(self, roots: list[int], extra: list[int]) -> dict[str, Any]:
+            """``ProcReader.read`` on this node; the reader is kept, so CPU % covers the time between calls."""
+            with self._lock:
+                if self._reader is None:
+                    self._reader = reader_cls()
+                return self._reader.read(roots, extra)
 
         def dump(self, args: list[str], timeout_s: float) -> tuple[int, str, str, float]:
             """py-spy with ``args`` (built by the caller: verltop need not be installed on this node)."""
@@ -46,6 +66,41 @@ def _probe_class() -> Any:
                 return (-1, "", f"py-spy did not finish within {timeout_s:g} s (killed)", time.monotonic() - t0)
             return (p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace"),
                     time.monotonic() - t0)
+
+        def descendants(self, pids: list[int], limit: int) -> dict[int, list[tuple[int, int, str]]]:
+            """``pid → [(child, its parent, title)]`` on this node, from /proc (as sources/children.py)."""
+            import os
+
+            ppid: dict[int, int] = {}
+            for n in os.listdir("/proc"):
+                if n.isdigit():
+                    try:
+                        with open(f"/proc/{n}/stat", "rb") as f:
+                            rest = f.read().rsplit(b")", 1)[1].split()
+                        if rest[0] not in (b"Z", b"X"):
+                            ppid[int(n)] = int(rest[1])
+                    except (OSError, IndexError, ValueError):
+                        pass
+            kids: dict[int, list[int]] = {}
+            for c, pp in ppid.items():
+                kids.setdefault(pp, []).append(c)
+            out: dict[int, list[tuple[int, int, str]]] = {}
+            for root in pids:
+                found: list[tuple[int, int, str]] = []
+                todo = sorted(kids.get(root, []))
+                while todo and len(found) < limit:
+                    c = todo.pop(0)
+                    try:
+                        with open(f"/proc/{c}/cmdline", "rb") as f:
+                            args = [a.decode(errors="replace") for a in f.read(4096).rstrip(b"\0").split(b"\0")]
+                    except OSError:
+                        continue
+                    # as sources/children.py title_of: setproctitle's title, else the command line
+                    title = args[0] if len(args) <= 1 or "::" in args[0] else " ".join(args)[:200]
+                    found.append((c, ppid[c], title))
+                    todo.extend(sorted(kids.get(c, [])))
+                out[root] = found
+            return out
 
     return VerltopProbe
 
@@ -176,6 +231,40 @@ class ProbePool:
         threads, perr = pyspy.parse_json(out)
         return ProcessDump(pid, threads=threads, error=Problem("pyspy", perr) if perr else None,
                            native=self.opts.native, taken_at=started, duration_s=dt)
+
+    async def tree(self, node_id: str, roots: list[int], extra: list[int] | None = None) -> ProcTree:
+        """The processes below ``roots`` on ``node_id`` (and the loose ones, ``extra``: its GPU holders)."""
+        started = time.time()
+
+        def failed(msg: str) -> ProcTree:
+            return ProcTree(started, tuple(sorted(roots)), node_id=node_id, error=Problem("probe", msg))
+
+        try:
+            actor = await self._actor(node_id)
+        except RuntimeError as e:
+            return failed(str(e))
+        ref = actor.tree.remote(list(roots), list(extra or ()))
+        try:
+            plain = await asyncio.wait_for(asyncio.wrap_future(ref.future()), self.schedule_timeout_s)
+        except asyncio.TimeoutError:
+            self._failed[node_id] = "probe actor could not be scheduled on that node (no answer)"
+            return failed(self._failed[node_id])
+        except Exception as e:  # noqa: BLE001 - actor died, node left, no /proc there: all are "no tree"
+            return failed(f"probe failed: {one_line(e, 160)}")
+        return tree_from_plain(plain, roots, node_id)
+
+    async def descendants(self, node_id: str, pids: list[int], limit: int = 64
+                          ) -> dict[int, list[tuple[int, int, str]]] | Problem:
+        """The descendant processes of ``pids`` on that node, through its probe."""
+        try:
+            actor = await self._actor(node_id)
+        except RuntimeError as e:
+            return Problem("probe", str(e))
+        ref = actor.descendants.remote(pids, limit)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(ref.future()), self.schedule_timeout_s)
+        except Exception as e:  # noqa: BLE001 - timeout, actor died, node left: no children known there
+            return Problem("probe", f"probe failed: {one_line(e, 160)}")
 
     async def close(self) -> None:
         if not self._actors:

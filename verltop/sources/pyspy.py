@@ -140,7 +140,9 @@ def _kill_group(pid: int) -> None:
         pass
 
 _THREAD = re.compile(r'^Thread (0x[0-9a-fA-F]+|\d+) \(([a-z+]+)\)(?:: "(.*)")?\s*$')
-_FRAME = re.compile(r"^\s{4}(\S.*?) \((.*?)(?::(\d+))?\)\s*$")
+# `    func (file:line)`; the location is the last parenthesised part: C++ names hold " (" of their own
+# (`gpu_reduce_kernel<..., __nv_dl_tag<void (at::native::sum_functor<...>::*)(...)>, ...> (libtorch_cuda.so)`)
+_FRAME = re.compile(r"^\s{4}(\S.*) \((.*?)(?::(\d+))?\)\s*$")
 
 
 def parse_json(text: str) -> tuple[tuple[ThreadStack, ...], str | None]:

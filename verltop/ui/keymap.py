@@ -9,8 +9,10 @@ MAIN = [
     Binding("q", "app.quit", "Quit", tooltip="quit", id="quit"),
     Binding("question_mark", "help", "Help", key_display="?", tooltip="this help", id="help"),
     Binding("d", "dump_group", "Dump group", tooltip="dump the selected worker group's stacks (every rank, every "
-            "node), merged, with suspects", id="dump-group"),
-    Binding("D", "dump_all", "Dump all", key_display="D", tooltip="dump every verl rank and the controller",
+            "node), merged, with suspects; on a rollout server or another actor: it and its child processes "
+            "(engine core, TP workers)", id="dump-group"),
+    Binding("D", "dump_all", "Dump all", key_display="D", tooltip="dump every process of the job: every actor, their child "
+            "processes and the driver, with the wait chains",
             id="dump-all"),
     Binding("slash", "filter", "Filter", key_display="/", tooltip="filter rows (regex over role, group, name, "
             "node, task, state, stall reason; !regex inverts)", id="filter"),
@@ -21,8 +23,13 @@ MAIN = [
     Binding("j", "cursor_down", "Down", show=False, tooltip="move down", id="down"),
     Binding("k", "cursor_up", "Up", show=False, tooltip="move up", id="up"),
     Binding("escape", "clear_filter", "Clear filter", show=False, tooltip="clear the filter", id="clear-filter"),
+    Binding("t", "toggle_tree", "Processes", show=False, tooltip="show / hide the child processes of the "
+            "selected actor or group (other nodes: read through a probe)", id="toggle-tree"),
     Binding("H", "inject_hang", "Hang (demo)", show=False, key_display="H",
             tooltip="(verltop demo only) make one rank hang now", id="inject-hang"),
+    Binding("T", "inject_tp_hang", "TP hang (demo)", show=False, key_display="T",
+            tooltip="(verltop demo only) make TP worker 1 of the rollout server hang while it loads weights",
+            id="inject-tp-hang"),
 ]
 
 TABLE = [

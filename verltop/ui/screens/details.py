@@ -45,9 +45,9 @@ def facts_text(a: ActorRow) -> Text:
         t.append("stalled because\n", style="bold red")
         for s in a.stalls:
             t.append(f"  • {s.reason}\n", style="red")
-    if a.death_detail and a.death_detail.strip() != (a.death_cause or "").strip():
+    if a.death_text and a.death_text.strip() != (a.death_cause or "").strip():
         t.append("\nRay's full death text\n", style="bold")
-        t.append(a.death_detail.rstrip() + "\n", style="grey70")
+        t.append(a.death_text.rstrip() + "\n", style="grey70")
     return t
 
 
