@@ -223,7 +223,7 @@ async def _dump(args: argparse.Namespace) -> int:
         return mon.rows_by_id(snap.taken_at)
 
     job = mon.dump(snap, args.group, opts, use_logs=not args.no_logs, refresh_rows=refreshed)
-    if not job.targets:
+    if not job.targets and not job.waiting_jobs:
         roles.cancel()
         await mon.stop()
         what = f"worker group {args.group!r}" if args.group else "verl workers or controller"

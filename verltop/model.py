@@ -460,6 +460,7 @@ class PendingItem:
     waits_for: str | None = None  # actors: "placement_group" | "resources" | "runtime_env" | "worker"
     target: str | None = None  # actors: the placement group (name) they wait for
     detail: str | None = None  # an extra fact for the reason (the runtime env kinds being set up)
+    job_id: str | None = None  # the Ray job that asked for it (its driver may be the one waiting)
 
     @property
     def reason(self) -> str:

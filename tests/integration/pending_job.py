@@ -6,15 +6,16 @@ single-node cluster (``num_cpus=2``, dashboard on a free port, token auth with t
 ``RAY_AUTH_TOKEN``), answers ``{"ok": true, "dashboard": ..., "gcs": ...}`` and then one JSON line per
 command read from stdin:
 
-- ``infeasible``: a verl ``RayWorkerGroup`` on ``RayResourcePool([2], use_gpu=False, max_colocate_count=10,
-  name_prefix="big")``: 2 bundles × {CPU: 10} on a 2-CPU node; the driver thread blocks in verl's
-  ``get_placement_groups`` (``ray.get(pg.ready())``) for good;
+- ``infeasible``: a verl-like controller actor (class ``TaskRunner``, ``num_cpus=0``) whose ``run`` builds a
+  verl ``RayWorkerGroup`` on ``RayResourcePool([2], use_gpu=False, max_colocate_count=10, name_prefix="big")``:
+  2 bundles × {CPU: 10} on a 2-CPU node, so it blocks in verl's ``get_placement_groups``
+  (``ray.get(pg.ready())``) for good, as verl's trainer does;
 - ``broken_env``: an actor with ``runtime_env={"conda": <an env that does not exist>}`` (this machine has no
   conda: Ray fails the env in ~2 s, the actor is DEAD);
 - ``hold``: a live 2-worker verl group on ``RayResourcePool([2], max_colocate_count=1, name_prefix="hold")``:
   both CPUs reserved;
 - ``job2``: a second driver (``python pending_job.py job2``, its own Ray job) asks for the same kind of
-  pool (``name_prefix="job2"``) and blocks until it is placed; ``release``: the host kills its workers and
+  pool (``name_prefix="job2"``) and blocks, in its main thread, until it is placed; ``release``: the host kills its workers and
   removes its placement group; ``wait_job2``: until job 2's workers are up;
 - ``stop``: job 2 exits, the cluster shuts down.
 """
@@ -27,7 +28,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 import traceback
 from pathlib import Path
@@ -43,6 +43,14 @@ class PendingWorker(Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def ping(self) -> int:
         return os.getpid()
+
+
+class TaskRunner:
+    """verl's controller, in short: it builds the worker group, and waits in ``ray.get`` for its pool."""
+
+    def run(self) -> int:
+        _, wg = _group("big", [2], 10)
+        return len(wg.worker_names)
 
 
 class BrokenEnv:
@@ -81,7 +89,8 @@ class Host:
 
         op = cmd["cmd"]
         if op == "infeasible":
-            threading.Thread(target=lambda: _group("big", [2], 10), daemon=True).start()
+            runner = ray.remote(num_cpus=0)(TaskRunner).options(name="task_runner").remote()
+            self.keep += [runner, runner.run.remote()]
             return {}
         if op == "broken_env":
             a = ray.remote(BrokenEnv).options(name="broken_env_actor",

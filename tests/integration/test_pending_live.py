@@ -140,9 +140,19 @@ def test_unplaceable_pool_and_broken_env(pending_cluster: PendingCluster) -> Non
     text = c.verltop("snapshot").stdout
     assert "PENDING (not placed by Ray yet)" in text and "bigverl_group_2:0" in text
     assert "STALLED: cannot start: ValueError: Could not find Conda executable at conda." in text
-    # no worker exists yet: dump names what holds the job up instead of "nothing to dump"
-    d = c.verltop("dump")
-    assert d.returncode == 2 and "bigverl_group_2:0" in d.stderr and "infeasible" in d.stderr, d.stderr
+    # the controller waits in ray.get on workers that do not exist yet: its wait chain ends in the placement
+    # group, and that is the suspect
+    d = c.verltop("dump", "--json", "--samples", "1")
+    assert d.returncode == 0, d.stderr
+    rep = json.loads(d.stdout)
+    top = rep["suspects"][0]
+    assert top["placement_group_id"] == pg["id"] and top["actor_id"] is None, rep["suspects"]
+    # (the frame is the job's own code that called verl: RayWorkerGroup(...) → get_placement_groups → ray.get)
+    assert top["reason"].startswith("the controller waits in ray.get (pending_job.py:")
+    assert "bigverl_group_2:0 (worker group big) is not placed" in top["reason"]
+    chain = rep["chains"][0]
+    assert chain["ends_in"]["placement_group_id"] == pg["id"] and chain["ends_in"]["pid"] is None
+    assert chain["path"][-1]["actor_name"] == "task_runner" and "no node has 20 CPU" in chain["ends_in"]["reason"]
 
 
 async def test_pool_placed_once_the_other_job_releases(pending_cluster: PendingCluster) -> None:
@@ -154,6 +164,19 @@ async def test_pool_placed_once_the_other_job_releases(pending_cluster: PendingC
     c = pending_cluster
     c.cmd("hold", timeout=120)
     c.cmd("job2")
+
+    def job2_pg() -> dict[str, Any] | None:
+        return next((p for p in c.snapshot()["pending"] if p["name"] == "job2verl_group_2:0"), None)
+
+    pg = until(job2_pg, 60, "job 2's placement group")
+    assert pg["scheduling_state"] == "NO_RESOURCES" and pg["reason"].endswith("— waits for resources held by others")
+    # job 2's driver waits in its main thread, in verl's ray.get: the dump reads it (a driver on this node)
+    # and its chain ends in job 2's placement group, not in the other job's
+    rep = json.loads(c.verltop("dump", "--json", "--samples", "1").stdout)
+    ends = {ch["ends_in"]["placement_group_id"]: ch for ch in rep["chains"] if ch["ends_in"]["placement_group_id"]}
+    assert pg["id"] in ends, rep["chains"]
+    assert ends[pg["id"]]["path"][-1]["actor_id"] is None  # the driver
+    assert "waits in ray.get at pending_job.py:" in ends[pg["id"]]["ends_in"]["reason"]
     iv = Intervals(actors_s=1.0, tasks_s=1.0, nodes_s=15.0, node_detail_s=5.0, timeout_s=10.0)
     app = VerltopApp.live(Endpoint(c.address, "--address", c.token, "RAY_AUTH_TOKEN"), iv, use_local=False)
     async with app.run_test(size=(200, 50)) as pilot:

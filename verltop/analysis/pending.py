@@ -255,7 +255,7 @@ def build_pending(pd: PendingData, actors: Sequence[RawActor], nodes: Sequence[N
         items.append(PendingItem(
             "placement_group", pg.pg_id, pg.name, wg_of_pg.get(pg.pg_id) or pool_prefix(pg.name), pg.state,
             pg.scheduling_state, pg.bundles, strategy, _waited(since, now), since,
-            capacity_of(pg.bundles, strategy, caps, pg.scheduling_state)))
+            capacity_of(pg.bundles, strategy, caps, pg.scheduling_state), job_id=pg.job_id))
     created = {t.actor_id: t.created_s for t in pd.tasks if t.actor_id and t.type == "ACTOR_CREATION_TASK"}
     for a in actors:
         if a.state in PENDING_ACTOR_STATES:
@@ -292,7 +292,7 @@ def _actor_item(a: RawActor, unplaced: Mapping[str, RawPlacementGroup], caps: li
             target = ", ".join(a.env_setup) or None
             cap = None
     return PendingItem("actor", a.actor_id, a.name, R.identity(a).worker_group, a.state, sched, (demand,) if demand
-                       else (), None, _waited(since, now), since, cap, waits, target)
+                       else (), None, _waited(since, now), since, cap, waits, target, job_id=a.job_id)
 
 
 def _task_item(t: RawPendingTask, unplaced: Mapping[str, RawPlacementGroup], caps: list[NodeCap],
@@ -301,10 +301,10 @@ def _task_item(t: RawPendingTask, unplaced: Mapping[str, RawPlacementGroup], cap
     if t.placement_group_id and t.placement_group_id in unplaced:
         pg = unplaced[t.placement_group_id]
         return PendingItem("task", t.task_id, t.name, None, t.state, pg.scheduling_state, (demand,), None,
-                           _waited(since, now), since, None, "placement_group", pg.name or pg.pg_id)
+                           _waited(since, now), since, None, "placement_group", pg.name or pg.pg_id, job_id=t.job_id)
     cap = capacity_of((demand,), None, caps) if demand else None
     return PendingItem("task", t.task_id, t.name, None, t.state, None, (demand,) if demand else (), None,
-                       _waited(since, now), since, cap, "resources")
+                       _waited(since, now), since, cap, "resources", job_id=t.job_id)
 
 
 # ---------------------------------------------------------------- actor rows
@@ -348,12 +348,12 @@ def startup_stall(a: RawActor, item: PendingItem | None, pd: PendingData, now: f
 # ---------------------------------------------------------------- suspects and wait chains
 
 
-def chain_end(pending: Sequence[PendingItem], worker_group: str | None = None) -> PendingItem | None:
-    """Where a controller's ``ray.get`` on workers that do not exist yet ends: the placement group Ray has
-    not placed (that worker group's, when known), the one Ray cannot place and the longest-waiting first."""
+def chain_end(pending: Sequence[PendingItem], job_id: str | None = None) -> PendingItem | None:
+    """Where a ``ray.get`` on workers that do not exist yet ends: the placement group Ray has not placed
+    (that job's, when it has one), the one Ray cannot place and the longest-waiting first."""
     pgs = [p for p in pending if p.kind == "placement_group"]
-    if worker_group is not None:
-        pgs = [p for p in pgs if p.worker_group == worker_group] or pgs
+    if job_id is not None:
+        pgs = [p for p in pgs if p.job_id == job_id] or pgs
     return max(pgs, key=lambda p: (blocked(p), p.waiting_s or 0.0), default=None)
 
 
@@ -368,6 +368,10 @@ def _waiters(ranks: Sequence[RankDump], acts: Mapping[str, Activity]) -> list[tu
     return out
 
 
+def _who(r: RankDump) -> str:
+    return "the driver" if r.is_driver else "the controller"
+
+
 def _pg_end(pg: PendingItem, a: Activity) -> ChainEnd:
     return ChainEnd(None, None, a.frame, f"waits in {a.what or 'ray.get'} at {a.frame or '?'} on workers that do not "
                     f"exist yet: placement group {pg.name or pg.id} is not placed: {pg.reason}",
@@ -377,16 +381,16 @@ def _pg_end(pg: PendingItem, a: Activity) -> ChainEnd:
 def pending_chains(chains: list[Chain], ranks: Sequence[RankDump], acts: Mapping[str, Activity],
                    pending: Sequence[PendingItem]) -> list[Chain]:
     """Wait chains that end in a controller or driver waiting in ``ray.get`` (on tasks no dumped process
-    runs) end, one hop further, in the placement group Ray has not placed; such a waiter that is on no chain
-    (nothing else was dumped) gets a chain of its own. Those chains come first: they say why nothing runs."""
-    pg = chain_end(pending)
-    waiters = _waiters(ranks, acts)
-    if pg is None or not waiters:
+    runs) end, one hop further, in the placement group Ray has not placed for its job; such a waiter that is
+    on no chain (nothing else was dumped) gets a chain of its own. Those chains come first: they say why
+    nothing runs."""
+    waiters = [(r, a, pg) for r, a in _waiters(ranks, acts) if (pg := chain_end(pending, r.actor.job_id))]
+    if not waiters:
         return chains
 
-    def hit(link: ChainLink) -> tuple[RankDump, Activity] | None:
-        return next(((r, a) for r, a in waiters if r.actor.pid == link.pid and
-                     (link.actor_id is None if r.is_driver else link.actor_id == r.actor.actor_id)), None)
+    def hit(link: ChainLink) -> tuple[RankDump, Activity, PendingItem] | None:
+        return next((w for w in waiters if w[0].actor.pid == link.pid and
+                     (link.actor_id is None if w[0].is_driver else link.actor_id == w[0].actor.actor_id)), None)
 
     out, on_chain = [], set()
     for c in chains:
@@ -395,8 +399,8 @@ def pending_chains(chains: list[Chain], ranks: Sequence[RankDump], acts: Mapping
             if w is not None:
                 on_chain.add(w[0].key)
         w = hit(c.path[-1])
-        out.append(Chain(c.path, _pg_end(pg, w[1])) if w is not None and c.ends_in.pid == w[0].actor.pid else c)
-    for r, a in waiters:
+        out.append(Chain(c.path, _pg_end(w[2], w[1])) if w is not None and c.ends_in.pid == w[0].actor.pid else c)
+    for r, a, pg in waiters:
         if r.key not in on_chain:
             link = ChainLink(None if r.is_driver else r.actor.actor_id, r.actor.actor_name or r.actor.class_name,
                              r.actor.task, r.actor.pid)
@@ -407,30 +411,25 @@ def pending_chains(chains: list[Chain], ranks: Sequence[RankDump], acts: Mapping
 
 def pending_suspects_of(ranks: Sequence[RankDump], acts: Mapping[str, Activity],
                         pending: Sequence[PendingItem]) -> list[Suspect]:
-    """``pending_suspects`` for a dump: is the controller (or a driver) seen waiting in ``ray.get``?"""
+    """Placement groups Ray has not placed are suspects: a controller or driver of their job waiting in
+    ``ray.get`` waits on workers that need them (score 95); unseen waiters, 50 for one Ray cannot place, 20
+    for one merely not placed yet."""
     if not pending:
         return []
     waiters = _waiters(ranks, acts)
-    frame = waiters[0][1].frame if waiters else None
-    return pending_suspects(pending, frame, bool(waiters))
-
-
-def pending_suspects(pending: Sequence[PendingItem], controller_frame: str | None, controller_waits: bool
-                     ) -> list[Suspect]:
-    """Placement groups Ray cannot place are suspects: the controller's ``ray.get`` waits on workers that
-    need them (score 95 when the controller is seen waiting in ``ray.get``, else 50; 20 for one that merely
-    has not been placed yet)."""
     out = []
     for p in pending:
         if p.kind != "placement_group":
             continue
+        w = next(((r, a) for r, a in waiters if r.actor.job_id == p.job_id), None) or next(
+            ((r, a) for r, a in waiters if r.actor.job_id is None or p.job_id is None), None)  # a job unknown
         what = f"placement group {p.name or p.id}" + (f" (worker group {p.worker_group})" if p.worker_group else "")
         waited = f" for {fmt.duration(p.waiting_s)}" if p.waiting_s is not None else ""
-        if controller_waits:
-            reason = (f"the controller waits in ray.get ({controller_frame or '?'}) on workers that do not exist "
-                      f"yet: {what} is not placed{waited}: {p.reason}")
+        if w is not None:
+            reason = (f"{_who(w[0])} waits in {w[1].what or 'ray.get'} ({w[1].frame or '?'}) on workers that do not "
+                      f"exist yet: {what} is not placed{waited}: {p.reason}")
         else:
             reason = f"{what} is not placed{waited}: {p.reason}"
-        score = 95.0 if controller_waits else 50.0 if blocked(p) else 20.0
+        score = 95.0 if w is not None else 50.0 if blocked(p) else 20.0
         out.append(Suspect("", p.worker_group, None, reason, score, placement_group_id=p.id))
     return out

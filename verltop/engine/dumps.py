@@ -103,6 +103,14 @@ class DumpJob:
         self.refs: list[RawObjectRef] = []
 
     @property
+    def waiting_jobs(self) -> set[str]:
+        """Jobs whose placement groups Ray has not placed: their drivers may wait on them in ``ray.get`` (a
+        job whose workers do not exist yet has nothing else to dump)."""
+        if not self.with_drivers:
+            return set()
+        return {p.job_id for p in self.pending if p.kind == "placement_group" and p.job_id}
+
+    @property
     def live(self) -> int:
         return sum(1 for a in self.targets if a.state == "ALIVE") + len(self.children) + len(self.drivers)
 
@@ -195,7 +203,7 @@ class DumpJob:
 
     async def _drivers(self) -> list[ActorRow]:
         """The drivers of the targets' jobs that run on a reachable node, as rows with role ``driver``."""
-        jobs = {a.job_id for a in self.targets if a.job_id}
+        jobs = {a.job_id for a in self.targets if a.job_id} | self.waiting_jobs
         if not jobs or self.client is None or not self.with_drivers:
             return []
         r = await fetch_jobs(self.client)
