@@ -421,6 +421,9 @@ class ActorTable(ScrollView, can_focus=True):
 
     def on_resize(self) -> None:
         self._relayout()
+        # pending lines take the whole width, whatever the columns do
+        for k in [k for k in self._strips if k[0].startswith(pending_rows.KEY_PREFIX)]:
+            del self._strips[k]
 
     # ---------------------------------------------------------- data
 
@@ -557,7 +560,9 @@ class ActorTable(ScrollView, can_focus=True):
         if r.header is not None or r.pending is not None:
             line = Text(" ", no_wrap=True, overflow="ellipsis")
             line.append_text(pending_rows.line(r.pending, self.now) if r.pending is not None else r.header or Text(""))
-            line.truncate(self._width, overflow="ellipsis", pad=True)
+            # a pending line's reason is the point: it may use the whole width, not only the columns'
+            width = max(self._width, self.size.width - SCROLLBAR) if r.pending is not None else self._width
+            line.truncate(width, overflow="ellipsis", pad=True)
             return self._finish(line, r, selected)
         if r.proc is not None:
             self.cells_built += 1
