@@ -19,11 +19,11 @@ from verltop.analysis.pending import (
     build_pending,
     camel,
     capacity_of,
-    chain_end,
     clean_demand,
     pool_prefix,
     startup_stall,
 )
+from verltop.analysis.pending_waits import chain_end
 from verltop.model import Node, PendingItem, RawActor
 from verltop.sources import parse, parse_pending
 

@@ -8,7 +8,7 @@ from verltop.analysis import chains as wait_chains
 from verltop.analysis import ras as RAS
 from verltop.analysis.collectives import blocked_on, collective_pending, stack_key, task_thread
 from verltop.analysis.merge import equivalence_classes
-from verltop.analysis.pending import pending_chains, pending_suspects_of
+from verltop.analysis.pending_waits import pending_chains, pending_suspects_of
 from verltop.analysis.process_suspects import chain_suspects, merge_suspects, tp_suspects
 from verltop.analysis.suspects import find_suspects
 from verltop.analysis.waiters import Activity, process_activity
