@@ -22,6 +22,12 @@ FIXTURES = Path(__file__).parent / "fixtures"
 RAY_GPU = FIXTURES / "real-gpu" / "ray-gpu-cluster"
 
 
+# a state-API list with no rows, as Ray 2.60 answers it
+NO_ROWS = {"result": True, "msg": "", "data": {"result": {"total": 0, "num_after_truncation": 0, "num_filtered": 0,
+                                                          "result": [], "partial_failure_warning": "",
+                                                          "warnings": None}}}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -138,6 +144,11 @@ class ReplayDashboard:
             return self._file("nodes_NODE_ID.json")
         if p == "/api/v0/logs/file":
             return self._log(req)
+        if p == "/api/v0/placement_groups":  # captures without one were taken with every group placed
+            return self._file("api_v0_placement_groups.json") if (self.dir / "api_v0_placement_groups.json").exists() \
+                else web.json_response(NO_ROWS)
+        if p == "/api/cluster_status":
+            return self._file("api_cluster_status.json")
         if p == "/worker/traceback":
             return self._traceback(req)
         return web.Response(status=404, text="404: Not Found")

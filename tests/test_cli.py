@@ -27,9 +27,10 @@ def test_snapshot_json_contract(replay):
     p = run("--address", replay.url, "snapshot", "--json", "--no-local")
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
-    assert set(doc) == {"taken_at", "source", "nodes", "actors", "phase", "orphans"}
+    assert set(doc) == {"taken_at", "source", "nodes", "actors", "phase", "orphans", "pending"}
     assert doc["orphans"] is None  # --no-local and no probe: no node's processes were read
     assert set(doc["source"]) == {"address", "age_s", "errors"}
+    assert doc["pending"] == [] and doc["source"]["errors"] == []
     assert doc["phase"] == "update_actor"
     for a in doc["actors"]:
         assert set(a) == ACTOR_KEYS

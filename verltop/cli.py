@@ -223,10 +223,14 @@ async def _dump(args: argparse.Namespace) -> int:
         return mon.rows_by_id(snap.taken_at)
 
     job = mon.dump(snap, args.group, opts, use_logs=not args.no_logs, refresh_rows=refreshed)
-    if not job.targets:
+    if not job.targets and not job.waiting_jobs:
         roles.cancel()
         await mon.stop()
         what = f"worker group {args.group!r}" if args.group else "verl workers or controller"
+        pgs = [p for p in snap.pending if p.kind == "placement_group"]
+        if pgs:  # the workers do not exist yet: say what holds them up instead
+            why = "; ".join(f"placement group {p.name or p.id} is not placed: {p.reason}" for p in pgs[:3])
+            raise UserError(f"no {what} to dump on {snap.address} yet: {why}")
         raise UserError(f"no {what} found on {snap.address} ({len(snap.actors)} actors)")
     try:
         report = await job.run()

@@ -15,6 +15,9 @@ from verltop import fmt
 # The verl step phases in step order (the one definition: roles, the header and the timeline use it).
 PHASES = ("gen", "reward", "old_log_prob", "ref", "values", "update_critic", "update_actor", "weight_sync")
 
+# A resource demand or capacity: ``(("CPU", 10.0), ("GPU", 1.0))``, names as Ray spells them, sorted.
+Resources = tuple[tuple[str, float], ...]
+
 
 # ---------------------------------------------------------------- problems (errors as data)
 
@@ -58,11 +61,15 @@ class RawActor:
     pid: int | None
     job_id: str | None = None
     env: tuple[tuple[str, str], ...] = ()
-    death_cause: str | None = None
+    death_cause: str | None = None  # the line that says why (see sources/causes.py)
     num_restarts: int | None = None
     placement_group_id: str | None = None
-    # Ray's whole death cause (every context, not cut): the death classifier reads it
+    # Ray's whole death cause (every context, not cut; credentials redacted): the death classifier reads it
     death_text: str | None = None
+    death_kind: str | None = None  # runtime_env_failed | creation_task_failure | actor_died | oom ...
+    required_resources: Resources = ()
+    # the kinds of set-up its runtime env asks for (pip, conda, uv, container...): names only, never values
+    env_setup: tuple[str, ...] = ()
 
     def env_get(self, key: str) -> str | None:
         for k, v in self.env:
@@ -175,6 +182,7 @@ class Node:
     # age of the node agent's own data (its `now` field), seconds; None when unknown
     stats_age_s: float | None = None
     procs: tuple[ProcStat, ...] = ()
+    resources_total: Resources = ()  # logical resources (CPU, GPU, memory, custom), from /api/v0/nodes
 
 
 # ---------------------------------------------------------------- analysed rows
@@ -216,7 +224,8 @@ class Stall:
     """Why a task looks stuck, as numbers; ``reason`` (the sentence) and ``tag`` (the table's words) are
     rendered from them by ``verltop.fmt``."""
 
-    rule: str  # "dead" | "peers" | "median" | "age" | "gpu_idle" | "gpu_spin"
+    # "dead" | "peers" | "median" | "age" | "gpu_idle" | "gpu_spin" | "pending" | "cannot_start" | "restarting"
+    rule: str
     running_s: float | None = None  # the task's age when the rule fired
     method: str | None = None
     median_s: float | None = None  # rule "median": the median of finished runs of this method
@@ -225,10 +234,19 @@ class Stall:
     peers: int | None = None  # rule "peers": how many peers finished this method since this task started
     peers_done_s: float | None = None  # rule "peers": seconds since the last of them finished
     state: str | None = None  # rule "dead": DEAD | RESTARTING; rule "ras": behind | mismatch | missing
-    cause: str | None = None  # rule "dead": Ray's death cause; rule "ras" mismatch: the peers' collective
+    # rule "dead": Ray's death cause; rule "ras" mismatch: the peers' collective; rules "cannot_start",
+    # "restarting": the line that says why
+    cause: str | None = None
     op: str | None = None  # rule "ras": the collective type (NCCL's name, e.g. AllReduce)
     count: int | None = None  # rule "ras": how many of them this rank enqueued
     expected: int | None = None  # rule "ras": how many its peers enqueued
+    restarts: int | None = None  # rules "restarting", "dead": how often Ray restarted the actor
+    # rule "pending": what the actor waits for ("placement_group" | "resources" | "runtime_env" | "worker"),
+    # which one (a placement group's name, a demand), Ray's scheduling state, and for how long
+    waits_for: str | None = None
+    target: str | None = None
+    scheduling_state: str | None = None
+    waiting_s: float | None = None
 
     @property
     def reason(self) -> str:
@@ -243,6 +261,8 @@ class Stall:
                 "median_s": _round(self.median_s), "ratio": _round(self.ratio), "limit_s": _round(self.limit_s),
                 "peers": self.peers, "peers_done_s": _round(self.peers_done_s), "state": self.state,
                 "cause": self.cause, "op": self.op, "count": self.count, "expected": self.expected,
+                "restarts": self.restarts, "waits_for": self.waits_for, "target": self.target,
+                "scheduling_state": self.scheduling_state, "waiting_s": _round(self.waiting_s),
                 "reason": self.reason}
 
 
@@ -291,6 +311,7 @@ class ActorRow:
     processes: tuple[ProcRow, ...] = ()
     processes_read_at: float | None = None
     death_text: str | None = None  # Ray's whole death cause (death_cause is its first line)
+    num_restarts: int | None = None
 
     def running_s(self, now: float) -> float | None:
         """Task age at ``now`` (the table ticks every second between snapshots)."""
@@ -345,6 +366,124 @@ class SourceStatus:
         return self.age_s is not None and self.age_s + extra_s > self.stale_after_s
 
 
+# ---------------------------------------------------------------- pending work (raw rows and analysed items)
+
+
+@dataclass(frozen=True, slots=True)
+class RawPlacementGroup:
+    """One row of /api/v0/placement_groups?detail=1. Ray gives no strategy here (see ``ClusterLoad``)."""
+
+    pg_id: str
+    name: str | None
+    state: str  # PENDING | RESCHEDULING | CREATED | REMOVED
+    scheduling_state: str | None  # stats.scheduling_state: INFEASIBLE | NO_RESOURCES | QUEUED | ... | FINISHED
+    bundles: tuple[Resources, ...]  # unit_resources of each bundle
+    bundle_nodes: tuple[str | None, ...] = ()  # where each bundle sits (None until placed)
+    job_id: str | None = None
+    created_s: float | None = None  # stats.creation_request_received_ns, as wall-clock seconds
+    attempts: int | None = None  # stats.scheduling_attempt
+    detached: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RawPendingTask:
+    """A task Ray has not given a node yet (PENDING_NODE_ASSIGNMENT): a normal task or an actor's creation."""
+
+    task_id: str
+    name: str
+    func_name: str
+    type: str | None  # NORMAL_TASK | ACTOR_CREATION_TASK | ACTOR_TASK
+    state: str
+    job_id: str | None = None
+    actor_id: str | None = None
+    placement_group_id: str | None = None
+    demand: Resources = ()
+    created_s: float | None = None  # creation_time_ms, as seconds
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLoad:
+    """One node's logical resources: ``(name, total, available)`` per resource."""
+
+    node_id: str
+    resources: tuple[tuple[str, float, float], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterLoad:
+    """What /api/cluster_status says: per-node use of logical resources and the strategies of the pending
+    placement-group demands (``(bundles, strategy)``, bundles as in ``RawPlacementGroup.bundles``, sorted)."""
+
+    nodes: tuple[NodeLoad, ...] = ()
+    pg_strategies: tuple[tuple[tuple[Resources, ...], str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """A demand against the cluster, as numbers: the resource that does not fit, how much of it one node
+    would need, and the node that comes closest (its total and what is free on it)."""
+
+    verdict: str  # "infeasible" (no node could ever hold it) | "busy" (held by others) | "fits" | "unknown"
+    resource: str | None = None
+    need: float | None = None
+    node_ip: str | None = None
+    node_total: float | None = None
+    node_free: float | None = None
+    nodes: int = 0  # live nodes compared
+    # what ``need`` is for: "node" (all bundles together, STRICT_PACK) | "bundle" (the ``bundle``-th one to
+    # place) | "nodes" (STRICT_SPREAD: ``need`` nodes; ``node_total``/``node_free`` count those that could / can)
+    per: str = "node"
+    bundle: int | None = None
+    taken: float | None = None  # per "bundle": how much of ``resource`` the bundles before it take on that node
+
+    def to_json(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "resource": self.resource, "need": self.need, "node_ip": self.node_ip,
+                "node_total": self.node_total, "node_free": self.node_free, "nodes": self.nodes}
+
+
+@dataclass(frozen=True, slots=True)
+class PendingItem:
+    """A placement group, actor or task that Ray has not placed yet, with why (``reason`` is rendered from
+    the numbers by ``verltop.fmt``)."""
+
+    kind: str  # "placement_group" | "actor" | "task"
+    id: str
+    name: str | None
+    worker_group: str | None
+    state: str | None
+    scheduling_state: str | None
+    demand: tuple[Resources, ...]  # per bundle for a placement group; one entry for an actor or task
+    strategy: str | None
+    waiting_s: float | None
+    since_s: float | None = None  # wall-clock start of the wait (lets a view tick it)
+    capacity: Capacity | None = None
+    waits_for: str | None = None  # actors: "placement_group" | "resources" | "runtime_env" | "worker"
+    target: str | None = None  # actors: the placement group (name) they wait for
+    detail: str | None = None  # an extra fact for the reason (the runtime env kinds being set up)
+    job_id: str | None = None  # the Ray job that asked for it (its driver may be the one waiting)
+
+    @property
+    def reason(self) -> str:
+        return fmt.pending_reason(self)
+
+    def waited_s(self, now: float) -> float | None:
+        return self.waiting_s if self.since_s is None else max(0.0, now - self.since_s)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "id": self.id,
+            "name": self.name,
+            "worker_group": self.worker_group,
+            "state": self.state,
+            "scheduling_state": self.scheduling_state,
+            "demand": [dict(b) for b in self.demand],
+            "strategy": self.strategy,
+            "waiting_s": _round(self.waiting_s),
+            "reason": self.reason,
+        }
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """Everything one frame of the UI (or one ``snapshot --json``) shows."""
@@ -362,6 +501,7 @@ class Snapshot:
     # processes with no live actor above them (an engine left behind by a dead server); None: no node's
     # processes were read
     orphans: tuple[ProcRow, ...] | None = None
+    pending: tuple[PendingItem, ...] = ()  # placement groups, actors and tasks Ray has not placed yet
 
     @property
     def age_s(self) -> float | None:
@@ -384,6 +524,7 @@ class Snapshot:
             "actors": [a.to_json() for a in self.actors],
             "phase": self.phase,
             "orphans": None if self.orphans is None else [o.orphan_json() for o in self.orphans],
+            "pending": [p.to_json() for p in self.pending],
         }
 
 
@@ -569,10 +710,11 @@ class Suspect:
     reason: str
     score: float = 0.0
     pid: int | None = None  # the process: the actor's own, or one of its children
+    placement_group_id: str | None = None  # set when the suspect is a placement group Ray cannot place
 
     def to_json(self) -> dict[str, Any]:
-        return {"actor_id": self.actor_id, "worker_group": self.worker_group, "rank": self.rank,
-                "pid": self.pid, "reason": self.reason}
+        return {"actor_id": self.actor_id or None, "worker_group": self.worker_group, "rank": self.rank,
+                "pid": self.pid, "reason": self.reason, "placement_group_id": self.placement_group_id}
 
 
 @dataclass(frozen=True, slots=True)
@@ -596,9 +738,12 @@ class ChainEnd:
     process: str | None  # its title when it is a child process
     frame: str | None
     reason: str
+    # a wait on workers that do not exist yet ends in the placement group Ray has not placed for them
+    placement_group_id: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"pid": self.pid, "process": self.process, "frame": self.frame, "reason": self.reason}
+        return {"pid": self.pid, "process": self.process, "frame": self.frame, "reason": self.reason,
+                "placement_group_id": self.placement_group_id}
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,7 +40,7 @@ def snapshot_text(s: Snapshot) -> str:
             rows.append(_proc_cells(c, "  " * c.depth + "└ " + fmt.short_title(c.title), ""))
     table = _table(["GROUP", "ROLE", "RANK", "NODE", "PID", "GPU", "GPU%", "GMEM", "CPU%", "RSS", "STATE",
                     "TASK", "AGE", "STALL"], rows)
-    out = [*head, "", table]
+    out = [*head, *pending_text(s), "", table]
     if s.orphans:
         out += ["", "ORPHANS (processes with no live actor above them)"]
         out.append(_table(["NODE", "PID", "PPID", "GPU", "GMEM", "CPU%", "RSS", "TITLE"], [
@@ -48,6 +48,16 @@ def snapshot_text(s: Snapshot) -> str:
              fmt.size(o.gpu_mem_bytes), fmt.pct(o.cpu_percent), fmt.size(o.rss_bytes), o.title or "-"]
             for o in s.orphans]))
     return "\n".join(out)
+
+
+def pending_text(s: Snapshot) -> list[str]:
+    """The PENDING section: what Ray has not placed yet, and why (nothing when nothing waits)."""
+    if not s.pending:
+        return []
+    rows = [[p.kind.replace("placement_group", "placement group"), p.name or p.id[:12], p.worker_group or "-",
+             p.scheduling_state or p.state or "-", fmt.age(p.waiting_s), p.reason] for p in s.pending]
+    return ["", "PENDING (not placed by Ray yet)",
+            *("  " + ln for ln in _table(["KIND", "NAME", "GROUP", "STATE", "WAITED", "WHY"], rows).splitlines())]
 
 
 def _proc_cells(c: ProcRow, label: str, node: str) -> list[str]:
@@ -118,6 +128,8 @@ def suspect_label(s: Suspect, r: DumpReport) -> str:
     hit = next((x for x in r.ranks if x.actor.actor_id == s.actor_id and x.actor.pid == s.pid), None)
     if hit is not None:
         return rank_label(hit)
+    if s.placement_group_id:
+        return "placement group"
     return f"{s.worker_group}:{s.rank}" if s.worker_group else s.actor_id[:12]
 
 

@@ -90,7 +90,7 @@ def merge_suspects(*lists: list[Suspect]) -> list[Suspect]:
     best: dict[tuple[str, int | None], Suspect] = {}
     for lst in lists:
         for s in lst:
-            k = (s.actor_id, s.pid)
+            k = (s.actor_id or f"pg:{s.placement_group_id}", s.pid)  # a placement group has no actor
             if k not in best or s.score > best[k].score:
                 best[k] = s
     return sorted(best.values(), key=lambda s: (-s.score, s.worker_group or "", s.rank if s.rank is not None else -1,

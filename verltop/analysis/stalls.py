@@ -24,6 +24,9 @@ class StallSettings:
     gpu_idle_after_s: float = 60.0
     gpu_idle_percent: float = 1.0
     gpu_busy_percent: float = 90.0
+    pending_after_s: float = 10.0  # an actor Ray cannot place (its PG or resources): stalled after this
+    startup_after_s: float = 60.0  # an actor still starting (worker, runtime env set-up): stalled after this
+    restart_window_s: float = 600.0  # an ALIVE actor that restarted this recently is in a restart loop
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ from verltop.analysis import processes as P
 from verltop.analysis import ras as RAS
 from verltop.analysis import roles as R
 from verltop.analysis.history import TaskHistory
+from verltop.analysis.pending import PendingData, build_pending, startup_stall
 from verltop.analysis.stalls import StallSettings, TaskView, stalls_for
 from verltop.model import (
     ActorRow,
@@ -42,6 +43,7 @@ class ClusterData:
     ras: RasReport | None = None  # NCCL RAS, read while a stall is suspected
     local_tree: ProcTree | None = None  # this machine's processes below the local actors
     remote_trees: tuple[ProcTree, ...] = ()  # other nodes', read through a probe (node_id set)
+    pending: PendingData = field(default_factory=PendingData)
 
 
 def group_key(ident: R.Identity, class_name: str) -> str:
@@ -105,6 +107,8 @@ def build_snapshot(
             group_methods.setdefault(group_key(idents[a.actor_id], a.class_name), set()).update(ms)
 
     group_roles = {g: R.roles_from_methods(ms) for g, ms in group_methods.items()}
+    pending = build_pending(data.pending, data.actors, data.nodes, now)
+    pending_actor = {p.id: p for p in pending if p.kind == "actor"}
     stall_memo: dict = {}
     rows: list[ActorRow] = []
     running_roles: list[tuple[str, str | None]] = []
@@ -192,8 +196,14 @@ def build_snapshot(
             processes=att.processes if att else (),
             processes_read_at=att.read_at if att else None,
             death_text=a.death_text,
+            num_restarts=a.num_restarts,
         )
-        if role not in _NO_STALL_ROLES or not alive:
+        startup = None if alive and not a.num_restarts else startup_stall(
+            a, pending_actor.get(a.actor_id), data.pending, now, cfg.pending_after_s, cfg.startup_after_s,
+            cfg.restart_window_s)
+        if startup is not None and not alive:
+            row = replace(row, stalls=(startup,))
+        elif role not in _NO_STALL_ROLES or not alive:
             view = TaskView(
                 actor_id=a.actor_id,
                 group=gk,
@@ -207,8 +217,10 @@ def build_snapshot(
                 death_cause=a.death_cause,
             )
             st = stalls_for(view, hist, now, cfg, stall_memo)
-            if st:
-                row = replace(row, stalls=st)
+            if st or startup is not None:
+                row = replace(row, stalls=(startup, *st) if startup is not None else st)
+        elif startup is not None:  # a controller or helper actor in a restart loop
+            row = replace(row, stalls=(startup,))
         rows.append(row)
 
     if data.ras is not None:
@@ -230,6 +242,7 @@ def build_snapshot(
         truncated=data.truncated,
         gpu_note=data.local_gpu_error,
         orphans=P.orphans(trees, data.actors, nodes) if trees else None,
+        pending=pending,
     )
 
 

@@ -24,6 +24,7 @@ from verltop.model import (
     DumpReport,
     FrRank,
     Node,
+    PendingItem,
     Problem,
     ProcessDump,
     RankDump,
@@ -69,7 +70,8 @@ class DumpJob:
                  opts: DumpOptions, on_progress: ProgressFn | None = None, use_logs: bool = True,
                  refresh_rows: Callable[[], Awaitable[dict[str, ActorRow]]] | None = None, probe_address: str = "auto",
                  clock: Callable[[], float] = time.time, nodes: tuple[Node, ...] = (),
-                 processes: bool = True, drivers: bool = True, ras_addrs: list[tuple[str, int]] | None = None) -> None:
+                 processes: bool = True, drivers: bool = True, ras_addrs: list[tuple[str, int]] | None = None,
+                 pending: tuple[PendingItem, ...] = ()) -> None:
         self.client = client
         self.local_node_ids = local_node_ids
         self.targets = targets
@@ -81,6 +83,7 @@ class DumpJob:
         self.clock = clock
         self.ras_addrs = ras_addrs or []
         self.ras: RasReport | None = None
+        self.pending = pending  # unplaced placement groups: where a wait on absent workers ends
         self.samples: dict[str, list[ProcessDump]] = {}
         self.collectives: dict[str, CollectiveInfo] = {}
         self.notes: tuple[str, ...] = ()
@@ -98,6 +101,14 @@ class DumpJob:
         self.deaths: dict[str, Death] = {}
         self.tasks: list[RawTask] = []
         self.refs: list[RawObjectRef] = []
+
+    @property
+    def waiting_jobs(self) -> set[str]:
+        """Jobs whose placement groups Ray has not placed: their drivers may wait on them in ``ray.get`` (a
+        job whose workers do not exist yet has nothing else to dump)."""
+        if not self.with_drivers:
+            return set()
+        return {p.job_id for p in self.pending if p.kind == "placement_group" and p.job_id}
 
     @property
     def live(self) -> int:
@@ -180,7 +191,7 @@ class DumpJob:
     def _analyse(self) -> DumpReport:
         return analyse([*self.targets, *self.drivers], self.samples, self.clock(), self.collectives,
                        native=self.opts.native, notes=self.notes, children=self.children, deaths=self.deaths,
-                       tasks=self.tasks, refs=self.refs, ras=self.ras)
+                       tasks=self.tasks, refs=self.refs, ras=self.ras, pending=self.pending)
 
     async def _wait_graph(self) -> tuple[list[RawTask], list[RawObjectRef]]:
         """Running tasks (with their parents) and pending object references: who waits on whom."""
@@ -192,7 +203,7 @@ class DumpJob:
 
     async def _drivers(self) -> list[ActorRow]:
         """The drivers of the targets' jobs that run on a reachable node, as rows with role ``driver``."""
-        jobs = {a.job_id for a in self.targets if a.job_id}
+        jobs = {a.job_id for a in self.targets if a.job_id} | self.waiting_jobs
         if not jobs or self.client is None or not self.with_drivers:
             return []
         r = await fetch_jobs(self.client)

@@ -23,6 +23,7 @@ from verltop.convert import one_line
 from verltop.engine import nccl_ras
 from verltop.engine.base import Engine
 from verltop.engine.dumps import DumpJob, ProgressFn
+from verltop.engine.pending import PendingWatch
 from verltop.engine.trees import RemoteTrees
 from verltop.model import (
     ActorRow,
@@ -122,6 +123,8 @@ class Monitor(Engine):
                        (self.src.nodes, self.iv.nodes_s), (self.src.local, self.iv.local_s)):
             st.interval_s = iv
         self.node_details: dict[str, Node] = {}
+        self.pending = PendingWatch(self.client, SourceState("pending", interval_s=max(self.iv.nodes_s, 15.0)),
+                                    self.iv.timeout_s)
         self.use_local = use_local
         self.sampler = LocalSampler(use_nvml=use_nvml) if use_local else None
         self._local_addrs = local_addresses() if use_local else set()
@@ -189,6 +192,7 @@ class Monitor(Engine):
             (self._poll_node_details, lambda: self.iv.node_detail_s, None),
             (self._poll_roles, lambda: ROLES_EVERY_S, None),
             (self._poll_trees, lambda: min(2.0, self.iv.trees_s), None),
+            (self._poll_pending, lambda: self.iv.actors_s, self.pending.state),  # it decides when to read
         ]
         if self.use_local:
             loop_specs.append((self._poll_local, lambda: self.iv.local_s, self.src.local))
@@ -235,7 +239,8 @@ class Monitor(Engine):
              refresh_rows: Callable[[], Awaitable[dict[str, ActorRow]]] | None = None) -> DumpJob:
         return DumpJob(self.client, self.local_node_ids(), dump_targets(snap.actors, group), opts, on_progress,
                        use_logs=use_logs, refresh_rows=refresh_rows, clock=self.clock, nodes=snap.nodes,
-                       drivers=group is None, ras_addrs=self.ras_addresses(snap.actors) if self.use_local else [])
+                       drivers=group is None, ras_addrs=self.ras_addresses(snap.actors) if self.use_local else [],
+                       pending=snap.pending)
 
     async def log_tail(self, actor_id: str, stream: str = "err", lines: int = 200) -> tuple[str | None, Problem | None]:
         r = await D.fetch_log_tail(self.client, actor_id, stream, lines)
@@ -323,7 +328,7 @@ class Monitor(Engine):
         can run NCCL (a one-shot command has no earlier snapshot to tell whether something looks stalled).
         ``remote_processes``: the process trees of every other node with actors too, through a probe
         (imports ray)."""
-        jobs = [self._poll_actors(), self._poll_tasks(), self._poll_nodes()]
+        jobs = [self._poll_actors(), self._poll_tasks(), self._poll_nodes(), self._poll_pending(force=True)]
         if seed:
             jobs.append(self._seed_history())
         await asyncio.gather(*jobs)
@@ -408,6 +413,10 @@ class Monitor(Engine):
 
     # ---------------------------------------------------------- individual sources
 
+    async def _poll_pending(self, force: bool = False) -> None:
+        """Unplaced placement groups and waiting tasks: fast while something is pending, else slowly."""
+        await self.pending.poll(self.src.actors.value or [], self._record, force=force)
+
     def _record(self, st: SourceState, r: D.Result) -> bool:
         st.tries += 1
         if not r.unchanged or st.error is not None:
@@ -438,7 +447,9 @@ class Monitor(Engine):
                 return
             cache = self._actor_cache
             rows = basic.value or []
-            if any(aid not in cache or cache[aid].state != st for aid, st, _, _ in rows):
+            # a new pid means a restart: the detail rows carry the restart count
+            if any(aid not in cache or cache[aid].state != st or (pid and cache[aid].pid != pid)
+                   for aid, st, pid, _ in rows):
                 detail = True
             elif basic.unchanged and self.src.actors.value is not None:
                 self._record(self.src.actors, replace(basic, value=self.src.actors.value))
@@ -520,7 +531,8 @@ class Monitor(Engine):
             if s is not None:
                 n = Node(node_id=n.node_id, ip=n.ip or s.ip, hostname=s.hostname or n.hostname, state=n.state,
                          is_head=n.is_head, cpu_percent=s.cpu_percent, mem_used_bytes=s.mem_used_bytes,
-                         mem_total_bytes=s.mem_total_bytes, gpus=s.gpus, stats_age_s=s.stats_age_s)
+                         mem_total_bytes=s.mem_total_bytes, gpus=s.gpus, stats_age_s=s.stats_age_s,
+                         resources_total=n.resources_total)
             merged.append(n)
         self._record(self.src.nodes, D.Result(merged, None, ident.taken_at, ident.elapsed_s))
         if not summary.ok and summary.error is not None:
@@ -644,6 +656,9 @@ class Monitor(Engine):
                     if (s is not self.src.local or self.use_local) and (s is not self.src.engine or s.error)]
         if self.remote.asked:  # no age: a node off screen is not re-read, and that is not staleness
             statuses.append(SourceStatus("processes", None, self.remote.error))
+        # pending work's own line only when the actors' read is fine (else it repeats the same problem)
+        if not self.pending.unsupported and self.src.actors.error is None:
+            statuses.append(self.pending.state.status(now))
         return ClusterData(
             address=self.endpoint.address,
             actors=tuple(self.src.actors.value or ()),
@@ -658,6 +673,7 @@ class Monitor(Engine):
             ras=self.ras,
             local_tree=ls.tree if ls else None,
             remote_trees=tuple(self.remote.trees.values()),
+            pending=self.pending.data(),
         )
 
     async def snapshot_async(self, now: float | None = None) -> Snapshot:

@@ -7,8 +7,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from verltop.model import Node, Problem, RawActor, RawJob, RawObjectRef, RawTask
-from verltop.sources import parse
+from verltop.model import (
+    ClusterLoad,
+    Node,
+    Problem,
+    RawActor,
+    RawJob,
+    RawObjectRef,
+    RawPendingTask,
+    RawPlacementGroup,
+    RawTask,
+)
+from verltop.sources import parse, parse_pending
 from verltop.sources.http import DashboardClient, Reply
 
 T = TypeVar("T")
@@ -164,11 +174,54 @@ async def fetch_node_detail(client: DashboardClient, node_id: str, timeout_s: fl
     return await _get_parsed(client, f"/nodes/{node_id}", None, timeout_s, p)
 
 
+async def fetch_unplaced_placement_groups(client: DashboardClient, timeout_s: float = 10.0
+                                          ) -> Result[list[RawPlacementGroup]]:
+    """Placement groups not (or no longer) placed: PENDING and RESCHEDULING. The filter leaves out the
+    CREATED and REMOVED rows, so with nothing pending the answer is ~170 bytes."""
+    def p(doc: Any, now: float) -> tuple[Any, str | None]:
+        rows, lr = parse_pending.placement_groups(doc)
+        return rows, _trunc_note("placement groups", lr)
+
+    params = _list_params(timeout_s, True, 1000) + _filters(("state", "!=", "CREATED"), ("state", "!=", "REMOVED"))
+    return await _get_parsed(client, "/api/v0/placement_groups", params, timeout_s + 2, p, memo_key="pgs")
+
+
+async def fetch_pending_tasks(client: DashboardClient, timeout_s: float = 10.0, limit: int = 500
+                              ) -> Result[list[RawPendingTask]]:
+    """Tasks (and actor creations) waiting for a node: state PENDING_NODE_ASSIGNMENT, with their demand."""
+    def p(doc: Any, now: float) -> tuple[Any, str | None]:
+        rows, lr = parse_pending.pending_tasks(doc)
+        note = (f"{lr.total} tasks wait for a node; the first {len(rows)} are shown"
+                if lr.total is not None and lr.total > len(rows) else lr.warning)
+        return [t for t in rows if t.state == "PENDING_NODE_ASSIGNMENT"], note  # the filter ran in GCS; be sure
+
+    params = _list_params(timeout_s, True, limit) + _filters(("state", "=", "PENDING_NODE_ASSIGNMENT"))
+    return await _get_parsed(client, "/api/v0/tasks", params, timeout_s + 2, p, memo_key="pending_tasks")
+
+
+async def fetch_cluster_load(client: DashboardClient, timeout_s: float = 10.0) -> Result[ClusterLoad | None]:
+    """Per-node logical resources in use and the pending PG strategies (the autoscaler's status)."""
+    return await _get_parsed(client, "/api/cluster_status", None, timeout_s,
+                             lambda doc, now: (parse_pending.cluster_load(doc), None), memo_key="cluster_load")
+
+
 async def fetch_log_tail(
     client: DashboardClient, actor_id: str, suffix: str = "err", lines: int = 200, timeout_s: float = 10.0
 ) -> Result[str]:
     """The last ``lines`` of an actor's worker log (``out`` or ``err``)."""
     params = [("actor_id", actor_id), ("lines", str(lines)), ("suffix", suffix)]
+    reply = await client.get("/api/v0/logs/file", params, timeout_s)
+    now = time.time()
+    if not reply.ok:
+        return _fail(reply, now)
+    return Result(reply.text, None, now, reply.elapsed_s)
+
+
+async def fetch_process_log_tail(
+    client: DashboardClient, pid: int, node_id: str, suffix: str = "err", lines: int = 60, timeout_s: float = 10.0
+) -> Result[str]:
+    """The last ``lines`` of a worker process's log by pid: an actor's earlier incarnation, after a restart."""
+    params = [("pid", str(pid)), ("node_id", node_id), ("lines", str(lines)), ("suffix", suffix)]
     reply = await client.get("/api/v0/logs/file", params, timeout_s)
     now = time.time()
     if not reply.ok:

@@ -28,6 +28,10 @@ ALLOWED_PATHS = (
     re.compile(r"^/api/authentication_mode$"),
     re.compile(r"^/api/profiling_enabled$"),
     re.compile(r"^/api/version$"),
+    # pending work: the state API's placement-group list (read from GCS) and the autoscaler's status
+    # (reporter_head.get_cluster_status: three GCS KV reads); both plain reads in Ray 2.60's source
+    re.compile(r"^/api/v0/placement_groups$"),
+    re.compile(r"^/api/cluster_status$"),
 )
 
 RAY_RUNNING = "is Ray running? use --address or RAY_DASHBOARD_ADDRESS"

@@ -8,11 +8,13 @@ fields, nulls, new fields) degrades to ``None`` values, not errors.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from verltop.convert import to_float, to_int, to_str
 from verltop.model import Gpu, Node, ProcStat, RawActor, RawJob, RawObjectRef, RawTask
+from verltop.sources.causes import death_parts, redact, telling_line
 
 # The only runtime-env keys verltop ever reads. Everything else in a runtime env (API keys, tokens) is
 # dropped here, at the edge, so no later layer can show, log or save it.
@@ -105,20 +107,42 @@ def rank_env(serialized_runtime_env: Any) -> tuple[tuple[str, str], ...]:
 
 
 def death_cause_text(dc: Any) -> str | None:
-    """One line from Ray's nested death_cause (``actor_died_error_context`` etc.)."""
-    if dc is None:
-        return None
-    if isinstance(dc, str):
-        return dc[:300] or None
-    if not isinstance(dc, dict):
-        return None
-    for ctx in dc.values():
-        if isinstance(ctx, dict):
-            msg = ctx.get("error_message") or ctx.get("errorMessage") or ctx.get("reason")
-            if isinstance(msg, str) and msg:
-                # Ray's messages are long; the first line says what happened
-                return msg.strip().splitlines()[0][:300]
-    return None
+    """The line of Ray's nested death_cause that says why (see ``sources.causes``)."""
+    kind, text, _ = death_parts(dc)
+    return telling_line(kind, text)
+
+
+# runtime-env fields that make Ray install something before the worker can start (minutes, and where it
+# fails); only these NAMES are kept. working_dir/py_modules are left out: every `ray job submit` has them.
+ENV_SETUP_KEYS = ("pip", "uv", "conda", "container", "image_uri")
+
+
+def env_setup(serialized_runtime_env: Any) -> tuple[str, ...]:
+    """Which set-up steps a runtime env asks for (``("pip",)``); names only, values are dropped here."""
+    env: Any = serialized_runtime_env
+    if isinstance(env, str):
+        if not env or env == "{}":
+            return ()
+        try:
+            env = json.loads(env)
+        except ValueError:
+            return ()
+    env = _dict(env)
+    return tuple(k for k in ENV_SETUP_KEYS if env.get(k))
+
+
+def resources(d: Any) -> tuple[tuple[str, float], ...]:
+    """A resource dict (``{"CPU": 10.0}``) as sorted ``(name, amount)`` pairs; non-numbers are dropped."""
+    out = []
+    for k, v in _dict(d).items():
+        f = _float(v)
+        if isinstance(k, str) and f is not None:
+            out.append((k, f))
+    return tuple(sorted(out))
+
+
+def _redacted(text: str | None) -> str | None:
+    return redact(text) if text else None
 
 
 def death_cause_full(dc: Any) -> str | None:
@@ -150,6 +174,7 @@ def actor(row: Any) -> RawActor | None:
     actor_id = _str(r.get("actor_id"))
     if not actor_id:
         return None
+    kind, detail, _ = death_parts(r.get("death_cause"))
     return RawActor(
         actor_id=actor_id,
         class_name=_str(r.get("class_name")) or "?",
@@ -159,10 +184,13 @@ def actor(row: Any) -> RawActor | None:
         pid=_int(r.get("pid")) or None,
         job_id=_str(r.get("job_id")),
         env=rank_env(r.get("serialized_runtime_env")),
-        death_cause=death_cause_text(r.get("death_cause")),
+        death_cause=telling_line(kind, detail),
         num_restarts=_int(r.get("num_restarts")),
-        placement_group_id=_str(r.get("placement_group_id")),
-        death_text=death_cause_full(r.get("death_cause")),
+        placement_group_id=_str(r.get("placement_group_id")) or None,
+        death_text=_redacted(death_cause_full(r.get("death_cause"))),
+        death_kind=kind,
+        required_resources=resources(r.get("required_resources")),
+        env_setup=env_setup(r.get("serialized_runtime_env")),
     )
 
 
@@ -266,9 +294,19 @@ def state_nodes(doc: Any) -> list[Node]:
                 hostname=_str(r.get("node_name")),
                 state=(_str(r.get("state")) or "UNKNOWN").upper(),
                 is_head=bool(r.get("is_head_node")),
+                resources_total=tuple(kv for kv in resources(r.get("resources_total")) if _schedulable(kv[0])),
             )
         )
     return out
+
+
+_PG_RESOURCE = re.compile(r"_group_(?:\d+_)?[0-9a-f]{32,}$")
+
+
+def _schedulable(name: str) -> bool:
+    """Resources a demand can ask for: not ``node:<ip>`` markers, nor a placement group's own
+    ``CPU_group_<pg>`` / ``bundle_group_<i>_<pg>`` resources."""
+    return not name.startswith("node:") and not _PG_RESOURCE.search(name)
 
 
 def _gpu(g: Any) -> Gpu | None:

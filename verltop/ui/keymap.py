@@ -39,8 +39,8 @@ TABLE = [
     Binding("pagedown", "page_down", "Page down", show=False, tooltip="a page down", id="table-page-down"),
     Binding("home", "first", "First", show=False, tooltip="first row", id="table-first"),
     Binding("end", "last", "Last", show=False, tooltip="last row", id="table-last"),
-    Binding("enter", "select", "Details", show=False, tooltip="details and log tail of the selected actor",
-            id="table-select"),
+    Binding("enter", "select", "Details", show=False, tooltip="details and log tail of the selected actor (on a "
+            "pending line: what it waits for)", id="table-select"),
 ]
 
 STACKS = [
@@ -63,6 +63,11 @@ DETAILS = [
     Binding("q", "app.pop_screen", "Back", show=False, tooltip="back", id="back-q"),
 ]
 
+PENDING = [
+    Binding("escape", "app.pop_screen", "Back", tooltip="back", id="back"),
+    Binding("q", "app.pop_screen", "Back", show=False, tooltip="back", id="back-q"),
+]
+
 RANK_STACK = [
     Binding("escape", "app.pop_screen", "Back", tooltip="back to the stack screen", id="back"),
     Binding("q", "app.pop_screen", "Back", show=False, tooltip="back to the stack screen", id="back-q"),
@@ -81,5 +86,6 @@ SECTIONS = (
     ("Stack screen (after d or D)", STACKS),
     ("A rank's full stack (Enter on the stack screen)", RANK_STACK),
     ("Details (Enter or l on an actor)", DETAILS),
+    ("A pending placement group or task (Enter on its line)", PENDING),
     ("This help", HELP),
 )

@@ -74,7 +74,7 @@ class MainScreen(Screen):
         self._show_selection()
         node_of = {a.actor_id: a.node_id for a in snap.actors}
         self.app.engine.set_focus(node_of[k] for k in self.table.visible_actor_rows() if node_of.get(k))
-        if not snap.actors and not snap.errors:
+        if not snap.actors and not snap.errors and not snap.pending:
             self.message("no actors in this Ray cluster yet")
 
     def tick(self, now: float) -> None:
@@ -158,6 +158,12 @@ class MainScreen(Screen):
         self._redraw()
 
     def action_details(self) -> None:
+        pend = self.table.selected_pending()
+        if pend is not None:
+            from verltop.ui.screens.pending_details import PendingDetailsScreen
+
+            self.app.push_screen(PendingDetailsScreen(pend, self.app.engine.clock()))
+            return
         aid = self.table.selected_actor()
         if aid is None or self._last is None:
             return
@@ -175,6 +181,10 @@ class MainScreen(Screen):
     def _show_selection(self) -> None:
         from verltop.ui.widgets.actor_table import process_selection_text, selection_text
 
+        pend = self.table.selected_pending()
+        if pend is not None:
+            self.query_one("#selection", TextLine).show(f"{pend.name or pend.id}: {pend.reason}")
+            return
         r = self.table.selected_row()
         if r is not None and r.proc is not None:
             self.query_one("#selection", TextLine).show(process_selection_text(r))

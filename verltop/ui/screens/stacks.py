@@ -151,8 +151,11 @@ class StackScreen(Screen):
         what = (f"{one.actor_name or one.class_name} and its processes" if one else
                 f"worker group {self.group}" if self.group else "every process of the job")
         self.job = self.app.engine.dump(self.snap, self.group, self.opts, self._progress)
-        if not self.job.targets:
-            self._status(Text(f"nothing to dump: no {what} in the current snapshot", style="yellow"))
+        if not self.job.targets and not self.job.waiting_jobs:
+            pgs = [p for p in self.snap.pending if p.kind == "placement_group"]
+            why = "".join(f"\nplacement group {p.name or p.id} is not placed: {p.reason}" for p in pgs[:3])
+            self._status(Text(f"nothing to dump: no {what} in the current snapshot{' yet' if why else ''}{why}",
+                              style="yellow"))
             return
         self.report = None
         self.partial.clear()

@@ -14,9 +14,10 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from verltop import fmt
-from verltop.model import ActorRow, ProcRow, Snapshot
+from verltop.model import ActorRow, PendingItem, ProcRow, Snapshot
 from verltop.ui import keymap
 from verltop.ui.render import LEVEL_STYLE, bar, level, mem_bar
+from verltop.ui.widgets import pending_rows
 from verltop.ui.widgets import process_rows as PR
 
 
@@ -148,6 +149,7 @@ class Row:
     branch: str = ""  # process rows: the tree's drawing before the title
     note: str = ""  # orphans: whose they were
     marker: str = ""  # actor rows with processes: ▾ open, ▸ closed
+    pending: PendingItem | None = None  # a line of the "pending" group (ui/widgets/pending_rows.py)
 
     @property
     def actor_id(self) -> str | None:
@@ -158,6 +160,8 @@ class Row:
     def sig(self, now: float | None = None) -> tuple:
         """What the cells depend on: equal signatures, equal cells (ages compare by whole seconds)."""
         a = self.actor
+        if self.pending is not None:
+            return (("p", pending_rows.sig(self.pending, now)), None)
         if self.proc is not None:
             p = self.proc
             return (("p", self.branch, self.note, p.title, p.pid, p.ppid, p.gpu_index,
@@ -295,6 +299,10 @@ def layout_rows(snap: Snapshot, grouping: str, sort: str, rx: re.Pattern[str] | 
     toggled = toggled or {}
     defaults = PR.default_open(snap.actors)
     rows: list[Row] = []
+    if snap.pending:  # what Ray has not placed yet comes first: it is why nothing else moves
+        shown = [p for p in pending_rows.listed(snap) if pending_rows.matches(p, rx, invert)]
+        rows.append(Row(pending_rows.GROUP_KEY, header=pending_rows.header(snap)))
+        rows.extend(Row(pending_rows.key_of(p), pending=p) for p in shown)
     for name, members in groups.items():  # snapshot order: controller, groups, others
         if sort != "rank":
             members = sorted(members, key=lambda a: _sort_value(a, sort))
@@ -413,6 +421,9 @@ class ActorTable(ScrollView, can_focus=True):
 
     def on_resize(self) -> None:
         self._relayout()
+        # pending lines take the whole width, whatever the columns do
+        for k in [k for k in self._strips if k[0].startswith(pending_rows.KEY_PREFIX)]:
+            del self._strips[k]
 
     # ---------------------------------------------------------- data
 
@@ -473,6 +484,8 @@ class ActorTable(ScrollView, can_focus=True):
         """The plain text of a row's cells by column key, as laid out now (tests and debugging). A group
         row is one cell, ``group``."""
         r = self._rows[self._index[key]]
+        if r.pending is not None:
+            return {"pending": pending_rows.line(r.pending, self.now).plain}
         if r.header is not None:
             return {"group": r.header.plain}
         out = {}
@@ -518,6 +531,10 @@ class ActorTable(ScrollView, can_focus=True):
     def row_index(self, key: str) -> int | None:
         return self._index.get(key)
 
+    def selected_pending(self) -> PendingItem | None:
+        r = self.selected_row()
+        return r.pending if r is not None else None
+
     # ---------------------------------------------------------- drawing
 
     def _line_strip(self, cells: list, cols: tuple[Shown, ...], r: Row, selected: bool) -> Strip:
@@ -540,10 +557,12 @@ class ActorTable(ScrollView, can_focus=True):
     def _render_row(self, r: Row, selected: bool) -> Strip:
         """The row's strip: the parts left and right of AGE are cached by the row's static signature, so
         the once-a-second age tick renders one cell, not thirteen."""
-        if r.header is not None:
+        if r.header is not None or r.pending is not None:
             line = Text(" ", no_wrap=True, overflow="ellipsis")
-            line.append_text(r.header)
-            line.truncate(self._width, overflow="ellipsis", pad=True)
+            line.append_text(pending_rows.line(r.pending, self.now) if r.pending is not None else r.header or Text(""))
+            # a pending line's reason is the point: it may use the whole width, not only the columns'
+            width = max(self._width, self.size.width - SCROLLBAR) if r.pending is not None else self._width
+            line.truncate(width, overflow="ellipsis", pad=True)
             return self._finish(line, r, selected)
         if r.proc is not None:
             self.cells_built += 1
@@ -623,6 +642,8 @@ class ActorTable(ScrollView, can_focus=True):
         k = self.selected_actor()
         if k:
             self.post_message(self.ActorSelected(k))
+        elif self.selected_pending() is not None:
+            self.post_message(self.ActorSelected(self.selected_key() or ""))
 
     def on_click(self, event: events.Click) -> None:
         if event.y == 0:
