@@ -1,6 +1,6 @@
 """What process trees cost per poll at 1,024 actors (run alone, or as a step of scripts/bench.py).
 
-    python scripts/bench_processes.py [--actors 1024] [--polls 40]
+    python -m scripts.bench_processes [--actors 1024] [--polls 40]     # from the repository root
 
 Three parts, each measured for real:
 
@@ -29,7 +29,6 @@ from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 TARGET_MS = 5.0
 

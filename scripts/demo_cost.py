@@ -1,6 +1,6 @@
 """What ``verltop demo`` costs on this machine: start-up time, memory of the whole job, CPU, step time.
 
-    python scripts/demo_cost.py [--steps N]
+    python -m scripts.demo_cost [--steps N]     # from the repository root
 
 Starts the demo (no TUI, no hang), measures ``start_demo`` (cluster up, job at step 1), then over the next
 N steps: the job's step time, the CPU of every process of the cluster (Ray's own and the job's), and their
@@ -15,9 +15,6 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def _tree_stats() -> tuple[int, int, float, int, dict[str, int]]:

@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         if cmd == "snapshot":
             return asyncio.run(_snapshot(args))
         if cmd == "dump":
-            return asyncio.run(_dump(args))
+            return asyncio.run(_dump(args, _prefetch(args)))
         if cmd == "demo":
             return _demo(args)
         return _tui(args)
@@ -155,14 +155,17 @@ def _settings(args: argparse.Namespace) -> tuple[Any, Any]:
     return Intervals.every(interval, args.timeout), StallSettings(stall_after_s=stall_after)
 
 
-def _monitor(args: argparse.Namespace) -> Any:
+def _monitor(args: argparse.Namespace, nvml: bool | None = True) -> Any:
+    """A monitor for a one-shot command; ``nvml=None``: only where an NVIDIA device exists (a dump reads
+    GPU use to tell a rank waiting on its GPU, and shows no "no NVML" note)."""
     from verltop.engine.monitor import Monitor
     from verltop.sources.config import resolve
+    from verltop.sources.local import has_nvidia_device
 
     iv, st = _settings(args)
     # one-shot commands: the stdlib HTTP client (aiohttp's import alone is a third of a dump)
     return Monitor(resolve(args.address), iv, st, use_local=not args.no_local, transport="stdlib",
-                   ras_addrs=tuple(args.ras_addr or ()))
+                   ras_addrs=tuple(args.ras_addr or ()), use_nvml=has_nvidia_device() if nvml is None else nvml)
 
 
 async def _first_poll(mon: Any, seed: bool, node_details: bool = True, cpu_window_s: float = 0.0,
@@ -197,8 +200,24 @@ async def _snapshot(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _dump(args: argparse.Namespace) -> int:
-    from verltop.sources.pyspy import DumpOptions
+def _prefetch(args: argparse.Namespace) -> Any:
+    """``dump``'s reads (actors, nodes, running tasks, node stats; the jobs' drivers and the wait graph of a
+    whole-job dump, as ``DumpJob`` asks for them), sent now from threads: the dashboard answers while the
+    engine is still being imported, and the answers wait for it."""
+    from verltop.sources import reads, wire
+    from verltop.sources.config import resolve
+
+    ep, t = resolve(args.address), args.timeout
+    wanted = [reads.actors(t, True), reads.nodes(t), reads.running_tasks(t, True), reads.nodes_summary(),
+              reads.running_tasks(5.0, False), reads.pending_refs(5.0)]
+    if not args.group:
+        wanted.append(reads.jobs(10.0))
+    return wire.Prefetch(ep.address, wire.headers(ep.token), wanted, t + 2)
+
+
+async def _dump(args: argparse.Namespace, prefetch: Any = None) -> int:
+    from verltop.engine.oneshot import QuickDump
+    from verltop.sources.pyspy import DumpOptions, children_by_pidfd
 
     opts = DumpOptions(native=args.native, nonblocking=args.nonblocking, samples=max(1, args.samples),
                        timeout_s=args.dump_timeout, via=args.via)
@@ -207,37 +226,31 @@ async def _dump(args: argparse.Namespace) -> int:
         raise UserError(bad)
     if args.output and os.path.exists(args.output) and not args.force:
         raise UserError(f"{args.output} exists; use --force to overwrite it")
-    mon = _monitor(args)
-    # Finished tasks name the roles an idle colocated worker hosts; the dashboard is slow to list them,
-    # and they only label the report, so they are read while the stacks are taken.
-    roles = asyncio.create_task(mon.seed_roles())
+    mon = _monitor(args, nvml=None)
+    mon.client.prefetch = prefetch
+    quick = QuickDump(mon, args.group, opts, use_logs=not args.no_logs)
     try:
-        await _first_poll(mon, seed=False, node_details=False)
-    except UserError:
-        roles.cancel()
-        raise
-    snap = mon.snapshot()
-
-    async def refreshed() -> dict:
-        await roles
-        return mon.rows_by_id(snap.taken_at)
-
-    job = mon.dump(snap, args.group, opts, use_logs=not args.no_logs, refresh_rows=refreshed)
-    if not job.targets and not job.waiting_jobs:
-        roles.cancel()
-        await mon.stop()
-        what = f"worker group {args.group!r}" if args.group else "verl workers or controller"
-        pgs = [p for p in snap.pending if p.kind == "placement_group"]
-        if pgs:  # the workers do not exist yet: say what holds them up instead
-            why = "; ".join(f"placement group {p.name or p.id} is not placed: {p.reason}" for p in pgs[:3])
-            raise UserError(f"no {what} to dump on {snap.address} yet: {why}")
-        raise UserError(f"no {what} found on {snap.address} ({len(snap.actors)} actors)")
-    try:
-        report = await job.run()
+        job = await quick.prepare()
+        if job is None:
+            err = mon.connection_problem()
+            raise UserError(err.text if err else "no answer from the dashboard")
+        if not job.targets and not job.waiting_jobs:
+            what = f"worker group {args.group!r}" if args.group else "verl workers or controller"
+            snap = mon.snapshot()
+            pgs = [p for p in snap.pending if p.kind == "placement_group"]
+            if pgs:  # the workers do not exist yet: say what holds them up instead
+                why = "; ".join(f"placement group {p.name or p.id} is not placed: {p.reason}" for p in pgs[:3])
+                raise UserError(f"no {what} to dump on {snap.address} yet: {why}")
+        with children_by_pidfd():
+            report = await job.run() if job.targets or job.waiting_jobs else None
     finally:
+        quick.close()
         await mon.stop()
-    if report is None:
+    if (job.targets or job.waiting_jobs) and report is None:
         raise UserError(job.problem.text if job.problem else "the dump failed")
+    if report is None or not report.ranks:
+        what = f"worker group {args.group!r}" if args.group else "verl workers or controller"
+        raise UserError(f"no {what} found on {mon.address} ({len(mon.src.actors.value or [])} actors)")
     from verltop.text import dump_text, full_stacks_text
 
     if args.output:

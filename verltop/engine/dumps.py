@@ -167,6 +167,12 @@ class DumpJob:
             samples = await cap.capture([*self.targets, *procs], progress)
             self.samples = samples
             self._emit("evidence", self.total)
+            if self.refresh_rows is not None:
+                # the rows as they are now (tasks, role names, GPU figures read while the stacks were taken);
+                # a target they leave out was only a candidate, and so were its children
+                fresh = await self.refresh_rows()
+                self.targets = [fresh[a.actor_id] for a in self.targets if a.actor_id in fresh]
+                self.children = [c for c in self.children if c.actor_id in fresh]
             (colls, ev_notes), (self.deaths, dead_colls) = await asyncio.gather(self.evidence(samples),
                                                                                  self.post_mortem())
             self.collectives = {**dead_colls, **colls}
@@ -177,9 +183,6 @@ class DumpJob:
                 graph.cancel()
             if cap.probe is not None:  # started to list children even if no stack was taken
                 await cap.probe.close()
-        if self.refresh_rows is not None:  # role names learnt while the stacks were taken
-            fresh = await self.refresh_rows()
-            self.targets = [fresh.get(a.actor_id, a) for a in self.targets]
         if self.ras is None:  # asked where ranks said it listens, and nobody answered
             ev_notes += [p.text for p in ras_problems if any(a.ras_addr for a in self.targets)]
         self.notes = tuple(dict.fromkeys((*cap.notes, *ev_notes)))

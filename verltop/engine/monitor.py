@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -39,13 +39,14 @@ from verltop.model import (
 from verltop.sources import dashboard as D
 from verltop.sources.config import Endpoint
 from verltop.sources.http import DashboardClient
-from verltop.sources.local import LocalSample, LocalSampler, is_actor_process, local_addresses
+from verltop.sources.local import LocalSample, LocalSampler, is_actor_process, local_addresses, this_fqdn
 from verltop.sources.pyspy import DumpOptions
 
 log = logging.getLogger("verltop.engine")
 
 DETAIL_REFRESH_S = 30.0  # detail rows are re-read at least this often
 ROLES_EVERY_S = 15.0  # how often groups whose roles are unknown are looked up
+FIRST_FRAME_GRACE_S = 1.0  # the first snapshot waits this long at most for sources slower than the actors
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +128,7 @@ class Monitor(Engine):
                                     self.iv.timeout_s)
         self.use_local = use_local
         self.sampler = LocalSampler(use_nvml=use_nvml) if use_local else None
-        self._local_addrs = local_addresses() if use_local else set()
+        self._local_addrs = local_addresses(fqdn=False) if use_local else set()
         self._tasks: list[asyncio.Task] = []
         self.remote = RemoteTrees(interval_s=self.iv.trees_s)
         self._detail_cursor = 0
@@ -211,7 +212,7 @@ class Monitor(Engine):
         self._tasks.clear()
         await self.remote.close()
         await self.client.close()
-        if self.sampler:
+        if self.sampler and self.sampler.nvml_open:
             await asyncio.to_thread(self.sampler.close)
 
     def ras_addresses(self, actors: tuple[ActorRow, ...] | list[ActorRow]) -> list[tuple[str, int]]:
@@ -235,12 +236,10 @@ class Monitor(Engine):
             self._dirty.set()
 
     def dump(self, snap: Snapshot, group: str | None, opts: DumpOptions,
-             on_progress: ProgressFn | None = None, use_logs: bool = True,
-             refresh_rows: Callable[[], Awaitable[dict[str, ActorRow]]] | None = None) -> DumpJob:
+             on_progress: ProgressFn | None = None, use_logs: bool = True) -> DumpJob:
         return DumpJob(self.client, self.local_node_ids(), dump_targets(snap.actors, group), opts, on_progress,
-                       use_logs=use_logs, refresh_rows=refresh_rows, clock=self.clock, nodes=snap.nodes,
-                       drivers=group is None, ras_addrs=self.ras_addresses(snap.actors) if self.use_local else [],
-                       pending=snap.pending)
+                       use_logs=use_logs, clock=self.clock, nodes=snap.nodes, drivers=group is None,
+                       ras_addrs=self.ras_addresses(snap.actors) if self.use_local else [], pending=snap.pending)
 
     async def log_tail(self, actor_id: str, stream: str = "err", lines: int = 200) -> tuple[str | None, Problem | None]:
         r = await D.fetch_log_tail(self.client, actor_id, stream, lines)
@@ -252,6 +251,8 @@ class Monitor(Engine):
         """Rebuild when a poll brought news, at most once per ``min_publish_s``; never two at once."""
         while True:
             await self._dirty.wait()
+            if self.snapshots_built == 0:
+                await self._first_answers()
             wait = self._last_build + self.min_publish_s - time.monotonic()
             if wait > 0:
                 await asyncio.sleep(wait)
@@ -259,9 +260,9 @@ class Monitor(Engine):
                 await asyncio.sleep(0.2)
                 continue
             self._dirty.clear()
-            self._last_build = time.monotonic()
             if not self.has_data:
-                continue
+                continue  # nothing built, nothing to wait for: the first answer is shown at once
+            self._last_build = time.monotonic()
             try:
                 t0 = time.perf_counter()
                 snap = await self.snapshot_async()
@@ -270,6 +271,20 @@ class Monitor(Engine):
                 self._publish(snap)
             except Exception:
                 log.error("building a snapshot failed", exc_info=True)
+
+    async def _first_answers(self, grace_s: float = FIRST_FRAME_GRACE_S) -> None:
+        """Until the actors have answered and every other source has been asked once (a first table without
+        its tasks would change a poll interval later), at most ``grace_s`` past the actors' answer."""
+        others = [self.src.tasks, self.src.nodes] + ([self.src.local] if self.use_local else [])
+        deadline: float | None = None
+        while True:
+            if self.has_data:
+                deadline = deadline or time.monotonic() + grace_s
+                if all(s.tries for s in others) or time.monotonic() >= deadline:
+                    return
+            elif any(s.error for s in self.src.all()):
+                return  # no data, an error to show: the header says it now
+            await asyncio.sleep(0.05)
 
     async def publish_now(self) -> Snapshot | None:
         """Build and publish a snapshot at once (tests, replays of a fixed moment)."""
@@ -353,16 +368,21 @@ class Monitor(Engine):
                 await self._poll_local(tree_now=True)
             await self._read_trees([n for n in remote if n in self.remote.trees])
 
-    async def seed_roles(self) -> None:
-        """Method names of finished tasks (no times): which roles idle colocated workers host."""
-        r = await D.fetch_finished_tasks(self.client, timeout_s=self.iv.timeout_s, detail=False)
+    async def seed_roles(self, group: Sequence[str] = ()) -> None:
+        """Method names of finished tasks (no times): which roles idle colocated workers host. With
+        ``group`` (the actor ids of one worker group, rank 0 first), one read filtered in GCS by its first
+        actor, whose methods the whole group runs; else every actor's finished tasks (a slower read)."""
+        r = await D.fetch_finished_tasks(self.client, timeout_s=self.iv.timeout_s, detail=False,
+                                         actor_id=group[0] if group else None)
         if not r.ok or not r.value:
             return
         await self._hist_ready()
         for t in r.value:
             method = R.method_of(t.func_name) or t.name
-            if t.actor_id and method != "__init__":
-                self.hist.remember_method(t.actor_id, method)
+            if not t.actor_id or method == "__init__":
+                continue
+            for aid in group or (t.actor_id,):
+                self.hist.remember_method(aid, method)
 
     async def _poll_roles(self) -> None:
         """Which roles a colocated group hosts is learnt from the methods its ranks run; a short method (an RM
@@ -412,6 +432,10 @@ class Monitor(Engine):
         self._dirty.set()
 
     # ---------------------------------------------------------- individual sources
+
+    async def poll_pending(self) -> None:
+        """Pending work now, whatever the cadence (one-shot commands)."""
+        await self._poll_pending(force=True)
 
     async def _poll_pending(self, force: bool = False) -> None:
         """Unplaced placement groups and waiting tasks: fast while something is pending, else slowly."""
@@ -521,10 +545,15 @@ class Monitor(Engine):
         ident, summary = await asyncio.gather(
             D.fetch_nodes(self.client, self.iv.timeout_s), D.fetch_nodes_summary(self.client, self.iv.timeout_s)
         )
+        self.take_nodes(ident, summary)
+
+    def take_nodes(self, ident: D.Result, summary: D.Result | None) -> None:
+        """The node list (``/api/v0/nodes``) with the stats of the all-node summary (``/nodes``) when it
+        came: one-shot commands take the list first (which node is this machine) and the stats later."""
         if not ident.ok:
             self._record(self.src.nodes, ident)
             return
-        stats = {n.node_id: n for n in (summary.value or [])} if summary.ok else {}
+        stats = {n.node_id: n for n in (summary.value or [])} if summary is not None and summary.ok else {}
         merged = []
         for n in ident.value or []:
             s = stats.get(n.node_id)
@@ -535,12 +564,14 @@ class Monitor(Engine):
                          resources_total=n.resources_total)
             merged.append(n)
         self._record(self.src.nodes, D.Result(merged, None, ident.taken_at, ident.elapsed_s))
-        if not summary.ok and summary.error is not None:
+        if summary is not None and not summary.ok and summary.error is not None:
             self.src.nodes.error = summary.error.with_message(f"node stats: {summary.error.message}")
 
     def candidate_local_ids(self) -> frozenset[str]:
         nodes: list[Node] = self.src.nodes.value or []
-        return frozenset(n.node_id for n in nodes if n.ip in self._local_addrs or n.hostname in self._local_addrs)
+        here = self._local_addrs
+        return frozenset(n.node_id for n in nodes if n.ip in here or n.hostname in here
+                         or (n.hostname is not None and n.hostname == this_fqdn()))
 
     def local_node_ids(self) -> frozenset[str]:
         """Nodes on this machine: address matches AND their actors' pids are Ray workers here (an IP or a
@@ -609,12 +640,14 @@ class Monitor(Engine):
         if node_ids and await self.remote.read_nodes(node_ids, self._actors_on(set(node_ids)), self.data().nodes):
             self._dirty.set()
 
-    async def _poll_local(self, tree_now: bool = False) -> None:
-        if self.sampler is None:
-            return
+    async def _poll_local(self, tree_now: bool = False, procs: bool = True) -> None:
+        """This machine's Ray workers (CPU, RSS), their process trees and the GPUs; ``procs=False``: no CPU %
+        or RSS (a dump shows none, and skips psutil's import)."""
+        if self.sampler is None or not (procs or self.sampler.use_nvml):
+            return  # nothing a dump would use
         pids = {a.pid for a in self._actors_on(self.candidate_local_ids()) if a.pid}
         try:
-            s = await asyncio.to_thread(self.sampler.sample, pids, tree_now)
+            s = await asyncio.to_thread(self.sampler.sample, pids, tree_now, procs)
         except Exception as e:
             log.error("local sampling failed", exc_info=True)
             self._record(self.src.local, D.Result(None, Problem("internal", f"local sampling failed: {one_line(e)}"),
@@ -641,6 +674,20 @@ class Monitor(Engine):
         for t in self.src.tasks.value or []:
             if t.worker_pid in util_by_pid:
                 self.hist.note_gpu(t.task_id, util_by_pid[t.worker_pid])
+
+    # ---------------------------------------------------------- one-shot building blocks (engine/oneshot.py)
+
+    async def poll_actors(self) -> None:
+        await self._guarded(self._poll_actors, self.src.actors)
+
+    async def poll_tasks(self) -> None:
+        await self._guarded(self._poll_tasks, self.src.tasks)
+
+    async def poll_local(self, procs: bool = True) -> None:
+        async def local() -> None:
+            await self._poll_local(procs=procs)
+
+        await self._guarded(local, self.src.local)
 
     # ---------------------------------------------------------- the joined view
 

@@ -18,12 +18,12 @@ from verltop.model import (
     RawPlacementGroup,
     RawTask,
 )
-from verltop.sources import parse, parse_pending
+from verltop.sources import parse, parse_pending, reads
 from verltop.sources.http import DashboardClient, Reply
 
 T = TypeVar("T")
 
-LIMIT = 10000  # Ray's RAY_MAX_LIMIT_FROM_API_SERVER; larger is a 400
+LIMIT = reads.LIMIT
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,18 +49,6 @@ def _trunc_note(what: str, lr: parse.ListResult) -> str | None:
     if lr.truncated:
         return f"{what}: Ray returned {lr.total} rows but only the first {LIMIT} (its limit)"
     return lr.warning
-
-
-def _filters(*kv: tuple[str, str, str]) -> list[tuple[str, str]]:
-    out = []
-    for k, pred, v in kv:
-        out += [("filter_keys", k), ("filter_predicates", pred), ("filter_values", v)]
-    return out
-
-
-def _list_params(timeout_s: float, detail: bool | None = None, limit: int = LIMIT) -> list[tuple[str, str]]:
-    p = [("limit", str(limit)), ("timeout", str(int(max(1, timeout_s))))]
-    return ([("detail", "1" if detail else "0"), *p]) if detail is not None else p
 
 
 async def _get_parsed(
@@ -98,7 +86,7 @@ async def fetch_actors(client: DashboardClient, timeout_s: float = 10.0, detail:
         rows, lr = parse.actors(doc)
         return rows, _trunc_note("actors", lr)
 
-    return await _get_parsed(client, "/api/v0/actors", _list_params(timeout_s, detail), timeout_s + 2, p)
+    return await _get_parsed(client, *reads.actors(timeout_s, detail), timeout_s + 2, p)
 
 
 async def fetch_actor_states(client: DashboardClient, timeout_s: float = 10.0
@@ -108,7 +96,7 @@ async def fetch_actor_states(client: DashboardClient, timeout_s: float = 10.0
         rows, lr = parse.actor_states(doc)
         return rows, _trunc_note("actors", lr)
 
-    return await _get_parsed(client, "/api/v0/actors", _list_params(timeout_s, False), timeout_s + 2, p,
+    return await _get_parsed(client, *reads.actors(timeout_s, False), timeout_s + 2, p,
                              memo_key="actor_states")
 
 
@@ -119,8 +107,8 @@ async def fetch_running_tasks(client: DashboardClient, timeout_s: float = 10.0, 
         rows, lr = parse.tasks(doc)
         return [t for t in rows if t.state == "RUNNING"], _trunc_note("tasks", lr)
 
-    params = _list_params(timeout_s, detail) + _filters(("state", "=", "RUNNING"))
-    return await _get_parsed(client, "/api/v0/tasks", params, timeout_s + 2, p, memo_key=f"running:{int(detail)}")
+    return await _get_parsed(client, *reads.running_tasks(timeout_s, detail), timeout_s + 2, p,
+                             memo_key=f"running:{int(detail)}")
 
 
 async def fetch_finished_tasks(client: DashboardClient, limit: int = 2000, timeout_s: float = 15.0,
@@ -128,9 +116,7 @@ async def fetch_finished_tasks(client: DashboardClient, limit: int = 2000, timeo
     """FINISHED actor tasks (of one actor: the filter is evaluated in GCS, so that read is small), to seed the
     duration history. Without ``detail``: names only (no times), enough to tell which roles a colocated worker
     hosts."""
-    flt = [("state", "=", "FINISHED")] + ([("actor_id", "=", actor_id)] if actor_id else [])
-    params = _list_params(timeout_s, detail, limit) + _filters(*flt)
-    return await _get_parsed(client, "/api/v0/tasks", params, timeout_s + 2,
+    return await _get_parsed(client, *reads.finished_tasks(timeout_s, detail, limit, actor_id), timeout_s + 2,
                              lambda doc, now: (parse.tasks(doc)[0], None))
 
 
@@ -143,24 +129,22 @@ async def fetch_pending_refs(client: DashboardClient, limit: int = LIMIT, timeou
         rows, lr = parse.object_refs(doc)
         return rows, _trunc_note("objects", lr)
 
-    params = _list_params(timeout_s, False, limit) + _filters(
-        ("task_status", "!=", "FINISHED"), ("task_status", "!=", "NIL"), ("reference_type", "!=", "ACTOR_HANDLE"))
-    return await _get_parsed(client, "/api/v0/objects", params, timeout_s + 2, p)
+    return await _get_parsed(client, *reads.pending_refs(timeout_s, limit), timeout_s + 2, p)
 
 
 async def fetch_jobs(client: DashboardClient, timeout_s: float = 10.0) -> Result[list[RawJob]]:
     """Every job's driver: pid and node address."""
-    return await _get_parsed(client, "/api/v0/jobs", _list_params(timeout_s, None, 1000), timeout_s + 2,
+    return await _get_parsed(client, *reads.jobs(timeout_s), timeout_s + 2,
                              lambda doc, now: (parse.jobs(doc), None))
 
 
 async def fetch_nodes(client: DashboardClient, timeout_s: float = 10.0) -> Result[list[Node]]:
-    return await _get_parsed(client, "/api/v0/nodes", _list_params(timeout_s), timeout_s + 2,
+    return await _get_parsed(client, *reads.nodes(timeout_s), timeout_s + 2,
                              lambda doc, now: (parse.state_nodes(doc), None))
 
 
 async def fetch_nodes_summary(client: DashboardClient, timeout_s: float = 10.0) -> Result[list[Node]]:
-    return await _get_parsed(client, "/nodes", [("view", "summary")], timeout_s,
+    return await _get_parsed(client, *reads.nodes_summary(), timeout_s,
                              lambda doc, now: (parse.nodes_summary(doc, now), None))
 
 
@@ -182,8 +166,8 @@ async def fetch_unplaced_placement_groups(client: DashboardClient, timeout_s: fl
         rows, lr = parse_pending.placement_groups(doc)
         return rows, _trunc_note("placement groups", lr)
 
-    params = _list_params(timeout_s, True, 1000) + _filters(("state", "!=", "CREATED"), ("state", "!=", "REMOVED"))
-    return await _get_parsed(client, "/api/v0/placement_groups", params, timeout_s + 2, p, memo_key="pgs")
+    path, params = reads.unplaced_placement_groups(timeout_s)
+    return await _get_parsed(client, path, params, timeout_s + 2, p, memo_key="pgs")
 
 
 async def fetch_pending_tasks(client: DashboardClient, timeout_s: float = 10.0, limit: int = 500
@@ -195,8 +179,8 @@ async def fetch_pending_tasks(client: DashboardClient, timeout_s: float = 10.0, 
                 if lr.total is not None and lr.total > len(rows) else lr.warning)
         return [t for t in rows if t.state == "PENDING_NODE_ASSIGNMENT"], note  # the filter ran in GCS; be sure
 
-    params = _list_params(timeout_s, True, limit) + _filters(("state", "=", "PENDING_NODE_ASSIGNMENT"))
-    return await _get_parsed(client, "/api/v0/tasks", params, timeout_s + 2, p, memo_key="pending_tasks")
+    path, params = reads.pending_tasks(timeout_s, limit)
+    return await _get_parsed(client, path, params, timeout_s + 2, p, memo_key="pending_tasks")
 
 
 async def fetch_cluster_load(client: DashboardClient, timeout_s: float = 10.0) -> Result[ClusterLoad | None]:

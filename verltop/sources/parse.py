@@ -44,16 +44,27 @@ class ListResult:
     warning: str | None
 
 
-try:  # 2-3x faster on the multi-MB answers of a 1,000-GPU cluster; the stdlib does the same job
-    from orjson import loads as _fast_loads
-except ImportError:  # pragma: no cover
-    _fast_loads = json.loads
+FAST_FROM_BYTES = 64 << 10  # below this the stdlib parses in well under a millisecond
+_fast_loads: Any = None
+
+
+def _fast() -> Any:
+    """orjson's loads (2-3x faster on the multi-MB answers of a 1,000-GPU cluster), imported on the first
+    big answer: a one-shot command on a small cluster never pays its import (5 ms, with uuid and platform)."""
+    global _fast_loads
+    if _fast_loads is None:
+        try:
+            from orjson import loads as fast
+        except ImportError:  # pragma: no cover - the stdlib does the same job
+            fast = json.loads
+        _fast_loads = fast
+    return _fast_loads
 
 
 def loads(text: str | bytes) -> Any:
     try:
-        return _fast_loads(text)
-    except (ValueError, TypeError) as e:
+        return (_fast() if len(text) >= FAST_FROM_BYTES else json.loads)(text)
+    except (ValueError, TypeError, RecursionError) as e:  # RecursionError: the stdlib on deep nesting
         snippet = text[:40] if isinstance(text, str) else bytes(text[:40]).decode("utf-8", "replace")
         kind = "HTML, not JSON" if snippet.lstrip().startswith("<") else "invalid JSON (truncated?)"
         raise ParseError(f"dashboard sent {kind} ({e.__class__.__name__})") from None

@@ -48,7 +48,7 @@ class StackCapture:
         self.local_node_ids = local_node_ids
         self.opts = opts
         self.pyspy = pyspy.find_pyspy()
-        n = opts.concurrency or max(8, 4 * (os.cpu_count() or 2))
+        n = opts.concurrency or max(32, 8 * (os.cpu_count() or 2))  # a node's processes at once: none waits a turn
         self._sem = asyncio.Semaphore(n)
         self._remote_sem = asyncio.Semaphore(16)
         self.dashboard_profiling: bool | None = None  # learnt from the first remote call

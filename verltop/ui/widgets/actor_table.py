@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.text import Text
 from textual import events
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
@@ -459,10 +459,14 @@ class ActorTable(ScrollView, can_focus=True):
             self.post_message(self.Highlighted(self.selected_key()))
 
     def tick(self, now: float) -> None:
-        """Ages move on between snapshots: re-render the rows on screen whose age (in whole seconds) changed."""
+        """Ages move on between snapshots: re-render the rows on screen whose age (in whole seconds) changed,
+        and repaint the AGE column only (the rest of each row is as it was)."""
         self.now = now
         if self._resig_visible():
-            self.refresh()
+            x = sum(c.width + PAD for c in self._cols[: self._age]) - int(self.scroll_offset.x)
+            w = self._cols[self._age].width + PAD
+            if x + w > 0 and x < self.size.width:
+                self.refresh(Region(max(0, x), 1, w + min(0, x), max(1, self.size.height - 1)))
 
     def _resig_visible(self) -> bool:
         top, bottom = self._view()
