@@ -143,9 +143,12 @@ def main(argv: list[str] | None = None) -> int:
         if cmd == "demo":
             return _demo(args)
         if cmd == "watch":
-            from verltop.watch_cmd import watch
+            from verltop.cli_watch import watch
 
-            return watch(args)
+            try:
+                return watch(args)
+            except ValueError as e:
+                raise UserError(str(e)) from None
         if cmd == "replay":
             from verltop.cli_watch import replay
 

@@ -156,3 +156,79 @@ def replay(args: argparse.Namespace) -> int:
 
 def utc_stamp(t: float | None = None) -> str:
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if t is None else t))
+
+
+def watch(args: argparse.Namespace) -> int:
+    """``verltop watch``: until SIGTERM / SIGINT; exit 0 when it ended cleanly."""
+    import asyncio
+    import signal
+    import sys
+
+    from verltop import __version__
+    from verltop.analysis.stalls import StallSettings
+    from verltop.engine.monitor import Intervals, Monitor
+    from verltop.engine.notify import check_webhook
+    from verltop.engine.watch import Watcher, WatchLocked, WatchSettings
+    from verltop.sources.config import resolve
+
+    if args.webhook and (bad := check_webhook(args.webhook)):
+        raise ValueError(bad)
+    if args.samples < 1 or args.max_captures < 0:
+        raise ValueError("--samples must be ≥ 1 and --max-captures ≥ 0")
+    d = Path(args.dir).expanduser() if args.dir else default_watch_dir()
+    interval = getattr(args, "interval", None) or float(os.environ.get("VERLTOP_INTERVAL") or 2.0)
+    stall_after = getattr(args, "stall_after", None) or float(os.environ.get("VERLTOP_STALL_AFTER") or 300.0)
+    endpoint = resolve(getattr(args, "address", None))
+    try:
+        d.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as e:
+        raise ValueError(f"--dir {d}: {e.strerror or e}") from None
+    log_path = watch_log(d)
+    cfg = WatchSettings(
+        dir=d, keep_s=args.keep, max_bytes=args.max_size, before_s=args.before, clear_after_s=args.clear_after,
+        max_captures_per_hour=args.max_captures, samples=args.samples, native_on_pegged=not args.no_native,
+        via=args.via, on_incident=args.on_incident, hook_timeout_s=args.hook_timeout, webhook=args.webhook,
+        keep_incidents=args.keep_incidents,
+        meta={"verltop": __version__, "address": endpoint.address, "stall_after_s": stall_after})
+    mon = Monitor(endpoint, Intervals.every(interval, args.timeout), StallSettings(stall_after_s=stall_after),
+                  use_local=not getattr(args, "no_local", False))
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(signal.SIGHUP, lambda: None)  # the terminal went away: keep watching
+        say(f"verltop watch: {endpoint.address} → {d} (recording kept {args.keep / 3600:g} h, at most "
+            f"{args.max_size / (1 << 30):g} GiB; log {log_path}); stop with SIGTERM or Ctrl-C")
+        await Watcher(mon, cfg, say).run(stop)
+
+    try:
+        asyncio.run(main())
+    except WatchLocked as e:
+        raise ValueError(str(e)) from None
+    say("verltop watch: stopped")
+    sys.stdout.flush()
+    return 0
+
+
+def watch_log(d: Path) -> Path:
+    """The watch's own log: DIR/watch.log (INFO and up, 0600, rotated at 5 MB × 3); warnings also on stderr."""
+    import logging
+    import logging.handlers
+
+    p = d / "watch.log"
+    fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.close(fd)
+    h = logging.handlers.RotatingFileHandler(p, maxBytes=5 << 20, backupCount=3, encoding="utf-8")
+    h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("verltop")
+    root.addHandler(h)
+    root.setLevel(logging.INFO)
+    for handler in root.handlers:
+        if not isinstance(handler, logging.handlers.RotatingFileHandler):
+            handler.setLevel(logging.WARNING)
+    return p

@@ -211,7 +211,9 @@ class StackScreen(Screen):
         st.append(f"{ok}/{len(r.ranks)} ranks dumped, {r.samples} samples ~1 s apart{took}", style="bold")
         if r.notes:
             st.append("   " + "; ".join(r.notes), style="yellow")
-        st.append("   Enter: full stack · w: write · r: again · Esc: back", style="grey70")
+        keys = "Enter: full stack · w: write · r: again · Esc: back" if self.app.engine.live else \
+            "Enter: full stack · w: write · Esc: back"
+        st.append("   " + keys, style="grey70")
         self._status(st)
         self.query_one("#chains", Static).update(chains_rich(r))
         self.query_one("#chains", Static).display = bool(r.chains)
