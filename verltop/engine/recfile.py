@@ -124,9 +124,10 @@ def scan(path: str, file_index: int = 0) -> tuple[int, list[FrameRef], str | Non
     ``damage`` says where and why reading stopped early (an incomplete last frame after a crash), else None."""
     frames: list[FrameRef] = []
     with open(path, "rb") as f:
-        version = check_header(f.read(FILE_HEADER.size), os.path.basename(path))
+        version = check_header(f.read(16), os.path.basename(path))
         size = os.fstat(f.fileno()).st_size
         pos = FILE_HEADER.size
+        f.seek(pos)
         hs = FRAME_HEADER.size
         while pos < size:
             head = f.read(hs)

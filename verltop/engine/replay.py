@@ -72,6 +72,7 @@ class ReplayEngine(Engine):
         self._anchor = time.monotonic()
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._stopping = False
         self._last_publish = 0.0
         self._dumps = rec.events_of(rf.DUMP)
         self._dump_cache: dict[int, RecordedDump] = {}
@@ -132,6 +133,8 @@ class ReplayEngine(Engine):
         self._task = asyncio.create_task(self._play(), name="verltop-replay")
 
     async def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -166,7 +169,7 @@ class ReplayEngine(Engine):
     # ---------------------------------------------------------- playing
 
     async def _play(self) -> None:
-        while True:
+        while not self._stopping:
             if self.playing:
                 self._skip_gap()
                 if self._now() >= self.end_s:
@@ -174,8 +177,12 @@ class ReplayEngine(Engine):
                     self.playing = False
             self._show()
             self._wake.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), TICK_S if self.playing else 1.0)
+            # not asyncio.wait_for: before Python 3.12 it can swallow a cancel that lands as the event fires
+            waiter = asyncio.ensure_future(self._wake.wait())
+            try:
+                await asyncio.wait({waiter}, timeout=TICK_S if self.playing else 1.0)
+            finally:
+                waiter.cancel()
 
     def _skip_gap(self) -> None:
         """Hours without snapshots (verltop was not running) pass in an instant."""

@@ -50,32 +50,46 @@ class ReplayScreen(MainScreen):
 
     # ---------------------------------------------------------- time controls
 
+    def _replayed(self, text: str) -> None:
+        """After a time key: say what it did and show the clock at once (not at the next tick)."""
+        self.message(text)
+        if self._last is not None:
+            self._header(self._last, self.paused, self.replay.clock())
+
     def action_toggle_play(self) -> None:
         playing = self.replay.toggle_pause()
-        self.message("playing" if playing else "paused: ←/→ step, Space plays")
+        self._replayed("playing" if playing else "paused: ←/→ step, Space plays")
 
     def action_step(self, n: int) -> None:
         snap = self.replay.step(n)
         if snap is not None:
-            self.message(f"snapshot of {clock_text(snap.taken_at)} (paused)")
+            self._replayed(f"snapshot of {clock_text(snap.taken_at)} (paused)")
 
     def action_jump(self, seconds: float) -> None:
         r = self.replay
         r.seek(r.clock() + seconds)
-        self.message(f"{'+' if seconds > 0 else '-'}{abs(seconds):g} s: {clock_text(r.clock())}")
+        self._replayed(f"{'+' if seconds > 0 else '-'}{abs(seconds):g} s: {clock_text(r.clock())}")
 
     def action_speed(self, up: bool) -> None:
-        self.message(f"speed ×{self.replay.faster(up):g}")
+        self._replayed(f"speed ×{self.replay.faster(up):g}")
 
     def action_next_incident(self) -> None:
         inc = self.replay.next_incident()
         if inc is None:
             self.message("this recording holds no incident")
             return
-        self.message(f"incident {inc.id} ({', '.join(inc.groups) or '-'}): from {clock_text(inc.begins_s)}; "
-                     "its rows turn red when the stall rule fires")
+        self._replayed(f"incident {inc.id} ({', '.join(inc.groups) or '-'}): from {clock_text(inc.begins_s)}; "
+                       "its rows turn red when the stall rule fires")
 
     # ---------------------------------------------------------- recorded dumps
+
+    def action_dump_group(self) -> None:
+        """The recorded dump nearest to now, of the selected group when there is one of it."""
+        aid = self.table.selected_actor()
+        row = next((a for a in (self._last.actors if self._last else ()) if a.actor_id == aid), None)
+        key = self.table.selected_key() or ""
+        group = row.worker_group if row else (key.split(":", 2)[2] if key.startswith("grp:group:") else None)
+        self._dump(group, False)
 
     def _dump(self, group: str | None, all_: bool) -> None:
         if self._last is None:
