@@ -52,6 +52,8 @@ def add_watch(sub: Any, shared: Any) -> None:
                    help="recording kept this long (default 24h)")
     w.add_argument("--max-size", type=size_arg, default=2 << 30, metavar="SIZE",
                    help="recording capped at this size; oldest hour-long segments go first (default 2G)")
+    w.add_argument("--segment", type=duration_arg, default=3600.0, metavar="AGE",
+                   help="a new recording file this often (default 1h); --keep and --max-size delete whole files")
     w.add_argument("--before", type=duration_arg, default=300.0, metavar="AGE",
                    help="recording an incident keeps from before its hang began (default 5m)")
     w.add_argument("--clear-after", type=duration_arg, default=60.0, metavar="AGE",
@@ -188,7 +190,7 @@ def watch(args: argparse.Namespace) -> int:
         dir=d, keep_s=args.keep, max_bytes=args.max_size, before_s=args.before, clear_after_s=args.clear_after,
         max_captures_per_hour=args.max_captures, samples=args.samples, native_on_pegged=not args.no_native,
         via=args.via, on_incident=args.on_incident, hook_timeout_s=args.hook_timeout, webhook=args.webhook,
-        keep_incidents=args.keep_incidents,
+        keep_incidents=args.keep_incidents, segment_s=args.segment,
         meta={"verltop": __version__, "address": endpoint.address, "stall_after_s": stall_after})
     mon = Monitor(endpoint, Intervals.every(interval, args.timeout), StallSettings(stall_after_s=stall_after),
                   use_local=not getattr(args, "no_local", False))

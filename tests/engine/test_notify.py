@@ -3,45 +3,12 @@ hook. Failures are values; nothing here may raise into the watch."""
 
 from __future__ import annotations
 
-import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from tests.engine.procs import Hook
 from verltop.engine.notify import check_webhook, post_webhook, run_hook, scrub, url_host
-
-
-class Hook:
-    """A chat tool's webhook endpoint: answers with ``statuses`` in turn (then 200), records each POST."""
-
-    def __init__(self, statuses: list[int] | None = None, delay_s: float = 0.0) -> None:
-        self.statuses = list(statuses or [])
-        self.delay_s = delay_s
-        self.posts: list[tuple[str, dict, dict]] = []
-        hook = self
-
-        class H(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                hook.posts.append((self.path, dict(self.headers), json.loads(body)))
-                time.sleep(hook.delay_s)
-                status = hook.statuses.pop(0) if hook.statuses else 200
-                self.send_response(status)
-                self.end_headers()
-                self.wfile.write(b"ok")
-
-            def log_message(self, *a: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/services/T000/B000/SECRETKEY"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture

@@ -11,82 +11,14 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
-from tests.engine.test_notify import Hook
+from tests.engine.procs import Dashboard, Hook, Watch
 from tests.faults.helpers import ROOT, clean_env
 from tests.replay_server import free_port
 from verltop.engine import recfile as rf
 from verltop.engine.recording import Recording
-
-
-class Dashboard:
-    """scripts/fake_dashboard.py on a fixed port, so that it can be killed and started again there."""
-
-    def __init__(self, port: int, log: Path, *args: str) -> None:
-        self.port, self.log, self.args = port, log, args
-        self.url = f"http://127.0.0.1:{port}"
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> Dashboard:
-        out = open(self.log, "a")  # noqa: SIM115 - the child holds it
-        self.proc = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "fake_dashboard.py"), "--port",
-                                      str(self.port), *self.args], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-        out.close()
-        deadline = time.monotonic() + 30
-        while "dashboard at" not in self.log.read_text():
-            assert self.proc.poll() is None and time.monotonic() < deadline, self.log.read_text()[-2000:]
-            time.sleep(0.1)
-        return self
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-
-
-class Watch:
-    """``verltop watch`` in its own process, stdout to a file."""
-
-    def __init__(self, d: Path, url: str, *args: str) -> None:
-        self.dir = d
-        self.out = d.parent / f"{d.name}.out"
-        with open(self.out, "w") as f:
-            self.proc = subprocess.Popen([sys.executable, "-m", "verltop", "watch", "--address", url, "--dir",
-                                          str(d), *args], cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
-                                         env=clean_env(PYTHONPATH=str(ROOT)), start_new_session=True)
-
-    def text(self) -> str:
-        return self.out.read_text()
-
-    def log(self) -> str:
-        p = self.dir / "watch.log"
-        return p.read_text() if p.exists() else ""
-
-    def incidents(self) -> list[Path]:
-        d = self.dir / "incidents"
-        return sorted(p for p in d.iterdir() if (p / "incident.json").exists()) if d.is_dir() else []
-
-    def wait(self, cond, timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        while not cond():
-            assert self.proc.poll() is None, f"watch exited ({self.proc.returncode}): {self.text()[-3000:]}"
-            assert time.monotonic() < deadline, f"{what} not within {timeout:.0f} s:\n{self.text()[-3000:]}"
-            time.sleep(0.25)
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-                raise
-        return self.proc.returncode
 
 
 @pytest.fixture

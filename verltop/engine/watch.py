@@ -205,7 +205,9 @@ class Watcher:
         log.info("stall in %s (%d stalled, %d died): capturing", ", ".join(ev.groups), len(ev.stalled),
                  len(ev.died))
         recent = [t for t in self.captures if t > time.time() - 3600]
-        if len(recent) >= cfg.max_captures_per_hour:
+        if cfg.max_captures_per_hour <= 0:
+            inc.capture_note = "stacks not taken (--max-captures 0)"
+        elif len(recent) >= cfg.max_captures_per_hour:
             inc.capture_note = (f"stacks not taken: {len(recent)} captures in the last hour already "
                                 f"(--max-captures {cfg.max_captures_per_hour})")
         else:
