@@ -59,7 +59,10 @@ def test_round_trip_is_exact_on_the_synthetic_dashboard(tmp_path):
     snaps = asyncio.run(fake_snapshots(nodes=2, steps=30, hang_at=5))
     assert any(a.stalled for a in snaps[-1].actors)
     write(tmp_path / "r.vtr", snaps, keyframe_s=15)
-    cur = Recording.open(tmp_path / "r.vtr").cursor()
+    rec = Recording.open(tmp_path / "r.vtr")
+    stored = [a.get("task_id") for a in rec.payload(rec.snaps[0])["a"] if a.get("task_id")]
+    assert stored and all(t.endswith("+") and len(t) == 17 for t in stored)  # Ray's: 16 hex + the actor id
+    cur = rec.cursor()
     for i, s in enumerate(snaps):
         got = cur.goto(i)
         assert got is not None
@@ -73,7 +76,8 @@ def test_deltas_store_what_changed_not_what_the_clock_moved(tmp_path):
     rec = Recording.open(tmp_path / "r.vtr")
     deltas = [rec.payload(r) for r in rec.snaps[1:]]
     # a steady hung rank: its task age and its stalls' ages move every poll, yet nothing of it is stored
-    quiet = deltas[36]["a"]["set"].get("a0", {})
+    pos = [a.actor_id for a in snaps[37].actors].index("a0")
+    quiet = dict(deltas[36]["a"]["set"]).get(pos, {})
     assert "task_running_s" not in quiet and "stalls" not in quiet, quiet
     assert all(r.length < rec.snaps[0].length for r in rec.snaps[1:])
     every_key = write(tmp_path / "k.vtr", snaps, keyframe_s=0)

@@ -10,10 +10,14 @@ instant they count from, so an unchanged stall costs nothing in a delta:
 - a stall's ``running_s`` equal to its row's task age becomes ``"@run": 1``, its ``ratio`` (``running_s /
   median_s``) ``"@ratio": 1``, its ``peers_done_s`` the instant ``"@peers_at"`` (to the millisecond).
 
+Ids are the costliest bytes (random hex compresses poorly), so a delta names a changed row by its position
+in the row order after the frame, and a task id that ends with its actor's id (as Ray's actor task ids
+do) is stored as its own first part followed by ``+``.
+
 Frame JSON (documented in docs/recording.md):
 keyframe ``{"t", "s": {scalars}, "src": [sources], "n": [nodes], "a": [actors]}``;
 delta ``{"t", "s": {changed scalars}, "src"?: [sources], "n"?: changes, "a"?: changes}`` where changes are
-``{"set": {id: {field: value}}, "new": [whole rows], "del": [ids], "ord"?: [ids in order]}``.
+``{"set": [[position, {field: value}]...], "new": [whole rows], "del": [ids], "ord"?: [ids in order]}``.
 """
 
 from __future__ import annotations
@@ -65,9 +69,17 @@ def stall_from(d: dict[str, Any], row_running_s: float | None, t: float) -> Stal
     return _dec_stall(d)
 
 
+def task_id_data(task_id: str | None, actor_id: str) -> str | None:
+    if task_id and len(task_id) > len(actor_id) and task_id.endswith(actor_id):
+        return task_id[: -len(actor_id)] + "+"
+    return task_id
+
+
 def actor_data(a: ActorRow, t: float) -> dict[str, Any]:
     """One row, whole, with clock-driven numbers as instants."""
     d = to_data(a)
+    if a.task_id is not None:
+        d["task_id"] = task_id_data(a.task_id, a.actor_id)
     if _derivable(a, t):
         d.pop("task_running_s", None)
     if a.stalls:
@@ -77,6 +89,9 @@ def actor_data(a: ActorRow, t: float) -> dict[str, Any]:
 
 def actor_from(d: dict[str, Any], t: float) -> ActorRow:
     d = dict(d)
+    tid = d.get("task_id")
+    if isinstance(tid, str) and tid.endswith("+"):
+        d["task_id"] = tid[:-1] + d["actor_id"]
     start = d.get("task_start_s")
     if d.get("task_running_s", DERIVE) == DERIVE:
         d["task_running_s"] = max(0.0, t - start) if start is not None else None
@@ -149,14 +164,14 @@ class DeltaEncoder:
     def _diff_nodes(self, s: Snapshot) -> dict[str, Any]:
         old = self._nodes
         out: dict[str, Any] = {}
-        changed: dict[str, dict] = {}
+        changed: list[list] = []
         new = []
-        for n in s.nodes:
+        for i, n in enumerate(s.nodes):
             p = old.get(n.node_id)
             if p is None:
                 new.append(to_data(n))
             elif p is not n and p != n:
-                changed[n.node_id] = {f: to_data(getattr(n, f)) for f in _NODE_PLAIN if getattr(n, f) != getattr(p, f)}
+                changed.append([i, {f: to_data(getattr(n, f)) for f in _NODE_PLAIN if getattr(n, f) != getattr(p, f)}])
         ids = [n.node_id for n in s.nodes]
         gone = [k for k in old if k not in set(ids)] if len(old) != len(ids) or new else []
         _changes(out, changed, new, gone, ids if ids != [n.node_id for n in self.prev.nodes] else None)
@@ -165,9 +180,9 @@ class DeltaEncoder:
     def _diff_actors(self, s: Snapshot, t: float) -> dict[str, Any]:
         old = self._actors
         stalls_now: dict[str, list] = {}
-        changed: dict[str, dict] = {}
+        changed: list[list] = []
         new = []
-        for a in s.actors:
+        for i, a in enumerate(s.actors):
             aid = a.actor_id
             p = old.get(aid)
             if p is None:
@@ -177,6 +192,8 @@ class DeltaEncoder:
                     stalls_now[aid] = d["stalls"]
                 continue
             ch = {f: to_data(getattr(a, f)) for f in _ACTOR_PLAIN if getattr(a, f) != getattr(p, f)}
+            if "task_id" in ch:
+                ch["task_id"] = task_id_data(a.task_id, aid)
             if _derivable(a, t):
                 if not _derivable(p, self.prev.taken_at):
                     ch["task_running_s"] = DERIVE
@@ -188,7 +205,7 @@ class DeltaEncoder:
             if st != self._stalls.get(aid):
                 ch["stalls"] = st or []
             if ch:
-                changed[aid] = ch
+                changed.append([i, ch])
         self._stalls = stalls_now
         ids = [a.actor_id for a in s.actors]
         prev_ids = [a.actor_id for a in self.prev.actors] if self.prev else []
@@ -198,7 +215,7 @@ class DeltaEncoder:
         return out
 
 
-def _changes(out: dict, changed: dict, new: list, gone: list, order: list | None) -> None:
+def _changes(out: dict, changed: list, new: list, gone: list, order: list | None) -> None:
     if changed:
         out["set"] = changed
     if new:
@@ -262,20 +279,22 @@ class SnapshotState:
 
 
 def _apply(rows: dict[str, dict], order: list[str], ch: dict[str, Any] | None, key: str) -> list[str]:
+    """One delta's changes to a table of stored rows; returns the order after it (``set`` positions refer
+    to it)."""
     if not ch:
         return order
-    for k, upd in (ch.get("set") or {}).items():
-        row = rows.get(k)
-        if row is not None:
-            row = dict(row)
-            row.update(upd)
-            rows[k] = row
     for row in ch.get("new") or []:
         rows[row[key]] = row
     for k in ch.get("del") or []:
         rows.pop(k, None)
     if "ord" in ch:
-        return list(ch["ord"])
-    if ch.get("new") or ch.get("del"):
-        return [k for k in order if k in rows] + [r[key] for r in ch.get("new") or [] if r[key] not in order]
+        order = list(ch["ord"])
+    elif ch.get("new") or ch.get("del"):
+        order = [k for k in order if k in rows] + [r[key] for r in ch.get("new") or [] if r[key] not in order]
+    for i, upd in ch.get("set") or ():
+        row = rows.get(order[i]) if 0 <= i < len(order) else None
+        if row is not None:
+            row = dict(row)
+            row.update(upd)
+            rows[row[key]] = row
     return order
