@@ -267,3 +267,22 @@ def test_export_window_starts_whole_and_carries_events(tmp_path):
     c = out.cursor()
     assert same(c.goto_time(t0), snaps[25]) and same(c.goto_time(t1), snaps[40])
     assert not list(tmp_path.glob(".*tmp"))
+
+
+def test_frames_that_make_no_sense_are_damage_not_a_crash(tmp_path):
+    """A frame whose checksum holds but whose JSON is not what this verltop writes (a bug, a hand edit)."""
+    snaps = synthetic_snapshots(12)
+    p = tmp_path / "odd.vtr"
+    with open(p, "wb") as f:
+        f.write(struct.pack("<8sHH", rf.MAGIC, 1, 0))
+        f.write(rf.encode_frame(snaps[0].taken_at, rf.META, {"format": 1}))
+        f.write(rf.encode_frame(snaps[0].taken_at, rf.KEY, keyframe(snaps[0])))
+        f.write(rf.encode_frame(snaps[1].taken_at, rf.DELTA, {"t": snaps[1].taken_at, "a": {"set": {"x": 1}}}))
+        f.write(rf.encode_frame(snaps[2].taken_at, rf.KEY, {"t": snaps[2].taken_at, "a": [{"actor_id": "z"}]}))
+        f.write(rf.encode_frame(snaps[3].taken_at, rf.KEY, keyframe(snaps[3])))
+    rec = Recording.open(p)
+    c = rec.cursor()
+    assert same(c.goto(0), snaps[0])
+    assert c.goto(1) is None and c.goto(2) is None  # lost, said so
+    assert same(c.goto(3), snaps[3])
+    assert len(rec.damage) == 2 and "cannot be" in rec.damage[0]

@@ -40,7 +40,7 @@ async def test_replay_keys(tmp_path):
         assert isinstance(app.screen, ReplayScreen)
         table = app.screen.query_one(ActorTable)
         stamp = time.strftime("%H:%M:%S", time.localtime(snaps[0].taken_at))
-        assert "REPLAY ⏸ ×1" in header(app) and stamp in header(app) and "+0s / 1m58s" in header(app)
+        assert "REPLAY ‖ ×1" in header(app) and stamp in header(app) and "+0s / 1m58s" in header(app)
         assert "1 incident(s), 1 recorded dump(s)" in message(app)
 
         # → steps one snapshot, ← back

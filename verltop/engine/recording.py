@@ -297,12 +297,14 @@ class Cursor:
             ref = rec.snaps[j]
             try:
                 frame = rec.payload(ref)
-            except RecordingError as e:
+                self.state.apply(ref.kind == rf.KEY, frame)
+            except (RecordingError, ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
+                # a damaged frame, or one this verltop cannot make sense of: lost until the next keyframe
                 self.state.ready = False
-                if str(e) not in rec.damage:
-                    rec.damage.append(str(e))
+                msg = str(e) if isinstance(e, RecordingError) else f"frame at byte {ref.offset} cannot be read ({e})"
+                if msg not in rec.damage:
+                    rec.damage.append(msg)
                 continue
-            self.state.apply(ref.kind == rf.KEY, frame)
             self.frames_read += 1
         self.i = i
         return self.snapshot()
@@ -311,7 +313,15 @@ class Cursor:
         return self.goto(self.rec.index_at(t))
 
     def snapshot(self) -> Snapshot | None:
-        return self.state.snapshot() if self.state.ready else None
+        if not self.state.ready:
+            return None
+        try:
+            return self.state.snapshot()
+        except (ValueError, TypeError, KeyError, AttributeError) as e:  # codec.DecodeError is a ValueError
+            msg = f"the snapshot of {self.state.t} cannot be rebuilt ({e})"
+            if msg not in self.rec.damage:
+                self.rec.damage.append(msg)
+            return None
 
 
 def export_window(rec: Recording, dest: str | Path, t0: float, t1: float, meta: dict[str, Any]) -> int:

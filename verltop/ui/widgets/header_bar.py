@@ -29,7 +29,7 @@ def _item(*parts: tuple[str, str]) -> Text:
 
 def playback_item(p: Playback) -> Text:
     """``REPLAY ▶ ×4  2026-11-29 03:12:58 CET  +12:30 / 45:00``: the recorded time and where it stands."""
-    state = "END" if p.ended else "⏸" if p.paused else "▶"
+    state = "END" if p.ended else "‖" if p.paused else "▶"
     t = _item((f" REPLAY {state} ×{p.speed:g} ", "bold reverse cyan"))
     t.append(" " + time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(p.at_s)), style="bold cyan")
     t.append(f"  +{fmt.duration(p.at_s - p.start_s)} / {fmt.duration(p.end_s - p.start_s)}", style="cyan")
