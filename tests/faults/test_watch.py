@@ -124,3 +124,18 @@ def test_two_stalls_in_a_row_give_two_incidents(tmp_path, cleanup):
         assert w.text().count("INCIDENT") == 2
     finally:
         threading.Thread(target=fd.stop, daemon=True).start()
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["replay", "/nonexistent/rec.vtr"], "/nonexistent/rec.vtr: no such file or directory"),
+    (["replay", "README.md"], "README.md: not a verltop recording (no recording header)"),
+    (["replay", "tests"], "tests: no recording in it"),
+    (["watch", "--webhook", "ftp://example.com/x"], "--webhook must be an http(s) URL"),
+    (["watch", "--samples", "0"], "--samples must be ≥ 1"),
+    (["--record", "README.md"], "--record README.md: the file exists"),
+])
+def test_user_errors_are_one_line(args, needle):
+    from tests.faults.helpers import assert_one_line_error, verltop
+
+    p = verltop(*args, timeout=60)
+    assert needle in assert_one_line_error(p)

@@ -78,13 +78,14 @@ class Watcher:
         self.current: Incident | None = None
         self.job: DumpJob | None = None
         self.captures: deque[float] = deque(maxlen=1024)
-        self.incidents: list[str] = []  # ids, in order
+        self.incidents: deque[str] = deque(maxlen=1000)  # ids, newest last
         self.recorder: Recorder | None = None
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task] = set()
         self._status: str | None = None
         self._down_since: float | None = None
         self._lockfile: int | None = None
+        self._dropped = 0
         self._unsub: Callable[[], None] | None = None
 
     # ---------------------------------------------------------- lifecycle
@@ -311,6 +312,11 @@ class Watcher:
                 log.error("status check failed", exc_info=True)
 
     def _check_status(self) -> None:
+        assert self.recorder is not None
+        if self.recorder.dropped > self._dropped:
+            log.warning("the recording fell behind: %d snapshots not written (a slow disk?)",
+                        self.recorder.dropped - self._dropped)
+            self._dropped = self.recorder.dropped
         p: Problem | None = self.engine.connection_problem()
         if p is None and self.engine.src.actors.error is not None:
             p = self.engine.src.actors.error
@@ -325,7 +331,6 @@ class Watcher:
             log.warning("dashboard answers again (after %.0f s)", now - self._down_since)
             self._down_since = None
         self._status = text
-        assert self.recorder is not None
         self.recorder.event(now, rf.STATUS, {"problem": to_data(p), "text": text})
         for name in self.recorder.writer.deleted:
             log.info("deleted recording segment %s (--keep / --max-size)", name)
