@@ -193,7 +193,8 @@ def watch(args: argparse.Namespace) -> int:
         keep_incidents=args.keep_incidents, segment_s=args.segment,
         meta={"verltop": __version__, "address": endpoint.address, "stall_after_s": stall_after})
     mon = Monitor(endpoint, Intervals.every(interval, args.timeout), StallSettings(stall_after_s=stall_after),
-                  use_local=not getattr(args, "no_local", False))
+                  use_local=not getattr(args, "no_local", False),
+                  ras_addrs=tuple(getattr(args, "ras_addr", None) or ()))
 
     def say(line: str) -> None:
         print(line, flush=True)

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from tests.analysis.helpers import row
 from verltop import codec
-from verltop.model import Gpu, Node, Problem, ProcStat, Snapshot, SourceStatus, Stall
+from verltop.model import Gpu, Node, Problem, ProcRow, ProcStat, Snapshot, SourceStatus, Stall
 
 
 async def fake_snapshots(nodes: int = 2, steps: int = 20, dt: float = 2.0, hang_at: int | None = None,
@@ -70,6 +70,9 @@ def synthetic_snapshots(n: int = 60, t0: float = 1.79e9, dt: float = 2.0) -> lis
                                     ratio=a.task_running_s / 7.5, limit_s=22.5))
                 st.append(Stall("gpu_spin", running_s=a.task_running_s, method="update_actor"))
                 a = replace(a, stalls=tuple(st))
+            if r == 0:  # its inference engine below it, read now and then
+                a = replace(a, processes=(ProcRow(3000, 2000, "VLLM::Worker_TP0", float(k % 3), 2 << 30, 0, 30 << 30),),
+                            processes_read_at=t0 + (k // 5) * 5 * dt)
             if r == 3 and k >= 40:
                 a = replace(a, state="DEAD", task=None, task_id=None, task_start_s=None, task_running_s=None,
                             death_cause="The actor is dead because its worker process has died. SYSTEM_ERROR",
@@ -85,7 +88,9 @@ def synthetic_snapshots(n: int = 60, t0: float = 1.79e9, dt: float = 2.0) -> lis
         out.append(Snapshot(t, "http://127.0.0.1:8265", nodes, tuple(actors), "update_actor" if hung else "gen",
                             sources, progress_s=(t - (t0 + 20 * dt)) if hung else 1.0,
                             truncated="actors: 10000 rows only" if k == 33 else None,
-                            gpu_note=None if k < 5 else "no NVML: libnvidia-ml.so not found"))
+                            gpu_note=None if k < 5 else "no NVML: libnvidia-ml.so not found",
+                            orphans=(ProcRow(3999, 1, "VLLM::EngineCore", 0.0, 1 << 30, 1, 20 << 30, node_id="n1",
+                                             node_ip="10.0.0.1", actor_id="gone"),) if k >= 45 else None))
     return out
 
 

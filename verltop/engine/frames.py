@@ -22,12 +22,16 @@ delta ``{"t", "s": {changed scalars}, "src"?: [sources], "n"?: changes, "a"?: ch
 
 from __future__ import annotations
 
+import typing
 from typing import Any
 
 from verltop.codec import decoder, fields_of, to_data
 from verltop.model import ActorRow, Node, Snapshot, SourceStatus, Stall
 
-SCALARS = ("address", "phase", "progress_s", "truncated", "gpu_note")
+# every other field of a snapshot (phase, progress, orphans, and what later versions add) goes in "s"
+SCALARS = tuple(f for f in fields_of(Snapshot) if f not in ("taken_at", "nodes", "actors", "sources"))
+_SNAP_HINTS = typing.get_type_hints(Snapshot)
+_dec_scalar = {f: decoder(_SNAP_HINTS[f]) for f in SCALARS}
 ACTOR_FIELDS = fields_of(ActorRow)
 NODE_FIELDS = fields_of(Node)
 _ACTOR_PLAIN = tuple(f for f in ACTOR_FIELDS if f not in ("actor_id", "task_running_s", "stalls"))
@@ -110,7 +114,7 @@ def _derivable(a: ActorRow, t: float) -> bool:
 
 
 def _scalars(s: Snapshot) -> dict[str, Any]:
-    return {k: getattr(s, k) for k in SCALARS}
+    return {k: to_data(getattr(s, k)) for k in SCALARS}
 
 
 def keyframe(s: Snapshot) -> dict[str, Any]:
@@ -142,7 +146,7 @@ class DeltaEncoder:
             return True, frame
         prev = self.prev
         out: dict[str, Any] = {"t": t}
-        sc = {k: v for k, v in _scalars(s).items() if v != getattr(prev, k)}
+        sc = {k: to_data(getattr(s, k)) for k in SCALARS if getattr(s, k) != getattr(prev, k)}
         if sc:
             out["s"] = sc
         if s.sources != prev.sources:
@@ -264,17 +268,15 @@ class SnapshotState:
 
     def snapshot(self) -> Snapshot:
         t = self.t if self.t is not None else 0.0
-        sc = self.scalars
+        sc = {k: _dec_scalar[k](v) for k, v in self.scalars.items() if k in _dec_scalar}
+        sc.setdefault("address", "")
+        sc.setdefault("phase", None)
         return Snapshot(
             taken_at=t,
-            address=sc.get("address") or "",
             nodes=tuple(_dec_node(self.nodes[k]) for k in self.node_order if k in self.nodes),
             actors=tuple(actor_from(self.actors[k], t) for k in self.actor_order if k in self.actors),
-            phase=sc.get("phase"),
             sources=_dec_sources(self.sources) or (),
-            progress_s=sc.get("progress_s"),
-            truncated=sc.get("truncated"),
-            gpu_note=sc.get("gpu_note"),
+            **sc,
         )
 
 

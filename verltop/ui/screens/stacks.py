@@ -207,8 +207,10 @@ class StackScreen(Screen):
     def _show_report(self, r: DumpReport) -> None:
         ok = sum(1 for x in r.ranks if x.error is None)
         took = f", in {self.job.elapsed_s:.1f} s" if self.job and self.job.elapsed_s is not None else ""
-        st = Text(f"{self.title}: " if self.title else "", style="bold cyan")
-        st.append(f"{ok}/{len(r.ranks)} ranks dumped, {r.samples} samples ~1 s apart{took}", style="bold")
+        st = Text(style="bold")
+        if self.title:
+            st.append(f"{self.title}: ", style="cyan")
+        st.append(f"{ok}/{len(r.ranks)} ranks dumped, {r.samples} samples ~1 s apart{took}")
         if r.notes:
             st.append("   " + "; ".join(r.notes), style="yellow")
         keys = "Enter: full stack · w: write · r: again · Esc: back" if self.app.engine.live else \
