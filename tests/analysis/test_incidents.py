@@ -8,7 +8,7 @@ from dataclasses import replace
 from tests.analysis.helpers import controller_in_get, in_collective, row, sleeping
 from verltop.analysis.dump import analyse
 from verltop.analysis.incidents import IncidentTracker, death_is_failure, diagnose, summary_text
-from verltop.model import CollectiveInfo, Snapshot, Stall
+from verltop.model import CollectiveInfo, Problem, Snapshot, SourceStatus, Stall
 
 T0 = 1.79e9
 PEERS = Stall("peers", running_s=40.0, method="update_actor", peers=3, peers_done_s=35.0)
@@ -120,3 +120,18 @@ def test_without_stacks_the_summary_says_so_and_lists_deaths():
     assert "Died: wg:3 DEAD: " + CRASH in text and "stacks not taken" in text
     text2 = summary_text(diagnose(snap(T0 + 30, stalled=(0,)), None, ("wg",)), "a", "b")
     assert "No stacks were taken." in text2
+
+
+def test_snapshots_without_fresh_data_neither_open_nor_close():
+    """The dashboard stops answering: ages run on with the clock, tasks that ended look stuck. No incident
+    from that; and an open incident does not end because the data went away."""
+    down = (SourceStatus("actors", 1.0, None, 7.0),
+            SourceStatus("tasks", 3.0, Problem("unreachable", "dashboard not reachable"), 7.0))
+    stale = (SourceStatus("actors", 9.0, None, 7.0), SourceStatus("tasks", 1.0, None, 7.0))
+    tr = IncidentTracker(clear_after_s=10)
+    tr.update(snap(T0))
+    assert tr.update(replace(snap(T0 + 2, stalled=(0, 1)), sources=down)) == []
+    assert tr.update(replace(snap(T0 + 4, stalled=(0, 1)), sources=stale)) == []
+    assert [e.kind for e in tr.update(snap(T0 + 6, stalled=(0, 1)))] == ["opened"]
+    assert tr.update(replace(snap(T0 + 30), sources=down)) == []  # blind, not clear
+    assert [e.kind for e in tr.update(snap(T0 + 32))] == ["closed"]

@@ -5,6 +5,8 @@ One incident per stall, not one per poll: an incident opens on the first snapsho
 job has a stalled task (the TUI's stall rules, carried by the snapshot) or a rank newly died of a failure;
 while it is open, more groups stalling and more ranks dying are escalations of the same incident; it
 closes once every group in it has been clear for ``clear_after_s``. The next stall opens the next one.
+Snapshots built while the dashboard does not answer are passed over: their stalls are the clock's, not
+the job's.
 """
 
 from __future__ import annotations
@@ -34,6 +36,13 @@ def job_actor(a: ActorRow) -> bool:
     return a.worker_group is not None or a.role != "other"
 
 
+def blind(s: Snapshot) -> bool:
+    """The actors or tasks the snapshot shows could not be read at its last poll (or are stale): task ages
+    run on with the clock while their tasks may have ended unseen, so its stalls prove nothing."""
+    return any(src.name in ("actors", "tasks") and (src.error is not None or src.stale_at())
+               for src in s.sources)
+
+
 def group_of(a: ActorRow) -> str:
     return a.worker_group or a.role
 
@@ -56,6 +65,8 @@ class IncidentTracker:
     _dead: set[str] | None = None  # actors already seen dead (None before the first snapshot)
 
     def update(self, s: Snapshot) -> list[IncidentEvent]:
+        if blind(s):
+            return []  # nothing is known about now: neither a new stall nor the end of one
         t = s.taken_at
         first = self._dead is None
         dead = self._dead if self._dead is not None else set()

@@ -303,13 +303,19 @@ class Watcher:
     # ---------------------------------------------------------- background loops
 
     async def _status_loop(self) -> None:
-        """Dashboard outages and recoveries: into the recording (status events) and the watch log."""
+        """Dashboard outages and recoveries: into the recording (status events) and the watch log. And
+        once a minute, freed heap back to the OS (multi-MB answers parsed in threads fragment glibc's
+        arenas: RSS crept ~0.1 MB a minute over a soak without it)."""
+        last_trim = time.monotonic()
         while True:
             await asyncio.sleep(self.cfg.status_every_s)
             try:
                 self._check_status()
             except Exception:
                 log.error("status check failed", exc_info=True)
+            if time.monotonic() - last_trim > 60:
+                last_trim = time.monotonic()
+                _trim_heap()
 
     def _check_status(self) -> None:
         assert self.recorder is not None
@@ -378,6 +384,15 @@ class Watcher:
             line = f"{utc(time.time())} incident {inc.id}: {inc.escalations[-1]['text']}"
             self.say(line)
             log.info(line)
+
+
+def _trim_heap() -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass  # not glibc
 
 
 def _label(a: ActorRow | None) -> str:
