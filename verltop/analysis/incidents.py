@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from verltop.analysis.collectives import collective_pending
 from verltop.analysis.merge import compact_labels
-from verltop.model import ActorRow, DumpReport, RankDump, Snapshot, Suspect
+from verltop.model import ActorRow, Death, DumpReport, RankDump, Snapshot, Suspect
 
 # Ray's words for a death nobody needs to be told about: the job ended, or someone killed it on purpose
 _INTENDED = ("INTENDED_USER_EXIT", "INTENDED_SYSTEM_EXIT", "killed by `ray.kill`", "ray.kill", "exit_actor",
@@ -27,7 +27,7 @@ def death_is_failure(a: ActorRow) -> bool:
     """A rank that died of a failure (a crash, OOM, a lost node), not because the job ended or was killed."""
     if a.state == "RESTARTING":
         return True  # Ray restarts only what died unexpectedly
-    cause = a.death_cause or ""
+    cause = a.death_text or a.death_cause or ""
     return not any(w in cause for w in _INTENDED)
 
 
@@ -157,7 +157,7 @@ def waits(report: DumpReport, groups: tuple[str, ...]) -> list[Wait]:
     out = []
     for g in groups:
         ranks = [r for r in report.ranks if (r.actor.worker_group or r.actor.role) == g and r.blocked_on
-                 and r.actor.actor_id not in sus]
+                 and r.actor.actor_id not in sus and r.process is None]
         if not ranks:
             continue
         op, _ = Counter(r.blocked_on.op for r in ranks if r.blocked_on).most_common(1)[0]
@@ -191,25 +191,33 @@ def diagnose(snap: Snapshot, report: DumpReport | None, groups: tuple[str, ...],
         if spin:
             evidence.append(f"GPUs of {compact_labels(label(a) for a in spin)} at ≥ 90 % while stalled "
                             "(a wait in NCCL spins the GPU: not progress)")
-    deaths = tuple(f"{label(a)} {a.state}: {a.death_cause or 'no cause given yet'}" for a in now_rows
+    # a death the dump classified (NCCL timeout, CUDA OOM, a signal...) says more than Ray's first line
+    classified = {r.actor.actor_id: r.death for r in (report.ranks if report else ()) if r.death and r.process is None}
+    deaths = tuple(f"{label(a)} {a.state}: {_death_text(classified.get(a.actor_id), a)}" for a in now_rows
                    if a.state in ("DEAD", "RESTARTING") and death_is_failure(a))
     ws: list[Wait] = []
     sus: tuple[Suspect, ...] = ()
     if report is not None:
         ws = waits(report, groups)
         sus = report.suspects
-        stuck = [r for r in report.ranks if r.stuck]
+        stuck = [r for r in report.ranks if r.stuck and r.process is None]
         if report.samples > 1 and stuck:
             evidence.append(f"stacks of {compact_labels(label(r.actor) for r in stuck)} unchanged across "
                             f"{report.samples} samples")
         for r in report.ranks:
             c = r.collective
-            if c is not None and c.source == "watchdog_log" and c.op:
+            if c is not None and c.source == "watchdog_log" and c.op and r.process is None:
                 evidence.append(f"NCCL watchdog on {label(r.actor)}: {c.op} #{c.seq} timed out (last enqueued "
                                 f"{c.last_enqueued}, last completed {c.last_completed})")
         evidence += [f"note: {n}" for n in report.notes]
     evidence += [f"note: {n}" for n in notes]
     return Diagnosis(snap.phase, groups, sus, tuple(ws), chains, tuple(dict.fromkeys(evidence)), deaths)
+
+
+def _death_text(death: Death | None, a: ActorRow) -> str:
+    if death is not None:
+        return f"{death.kind}: {death.detail}" if death.detail else death.kind
+    return a.death_cause or "no cause given yet"
 
 
 def summary_text(d: Diagnosis, began: str, detected: str) -> str:

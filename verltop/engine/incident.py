@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from verltop.analysis.chains import chain_text, group_chains
 from verltop.analysis.incidents import Diagnosis, diagnose, summary_text
 from verltop.analysis.merge import compact_labels
 from verltop.model import DumpReport, Snapshot
@@ -56,16 +57,12 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def chain_texts(report: DumpReport | None) -> tuple[list[Any], tuple[str, ...]]:
-    """The report's wait chains as the dump contract has them, and as sentences (empty when the report has
-    none, or this model has no chains)."""
+    """The report's wait chains as the dump contract has them, and as sentences (chains that differ only in
+    which peer they pass through once, with a count)."""
     if report is None:
         return [], ()
-    js = report.to_json().get("chains") or []
-    texts = []
-    for c in getattr(report, "chains", ()) or ():
-        t = getattr(c, "text", None)
-        texts.append(t() if callable(t) else t if isinstance(t, str) else str(c))
-    return list(js), tuple(texts)
+    texts = tuple(chain_text(c) + (f" (×{n})" if n > 1 else "") for c, n in group_chains(report.chains))
+    return [c.to_json() for c in report.chains], texts
 
 
 @dataclass(slots=True)
