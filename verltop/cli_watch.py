@@ -51,7 +51,7 @@ def add_watch(sub: Any, shared: Any) -> None:
     w.add_argument("--keep", type=duration_arg, default=86400.0, metavar="AGE",
                    help="recording kept this long (default 24h)")
     w.add_argument("--max-size", type=size_arg, default=2 << 30, metavar="SIZE",
-                   help="recording capped at this size; oldest hour-long segments go first (default 2G)")
+                   help="recording capped at this size; the oldest segment files go first (default 2G)")
     w.add_argument("--segment", type=duration_arg, default=3600.0, metavar="AGE",
                    help="a new recording file this often (default 1h); --keep and --max-size delete whole files")
     w.add_argument("--before", type=duration_arg, default=300.0, metavar="AGE",
