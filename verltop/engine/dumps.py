@@ -298,6 +298,16 @@ class DumpJob:
         self.report = self._analyse()
         return self.report, notes
 
+    def add_evidence(self, collectives: dict[str, CollectiveInfo], notes: list[str]) -> DumpReport | None:
+        """Evidence found after the dump (``watch``: the watchdog's lines come at the collective's timeout),
+        analysed with the stacks already taken; the new report, or None when the dump never finished."""
+        self.collectives = {**self.collectives, **collectives}
+        self.notes = tuple(dict.fromkeys((*self.notes, *notes)))
+        if self.report is None:
+            return None
+        self.report = self._analyse()
+        return self.report
+
 
 def fr_infos(states: dict[str, FrRank]) -> dict[str, CollectiveInfo]:
     return {aid: collective_info(s) for aid, s in states.items()}

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from verltop.analysis.dump import analyse, dump_targets
+from verltop.analysis.dump import dump_targets
 from verltop.analysis.incidents import IncidentEvent, IncidentTracker, label
 from verltop.codec import to_data
 from verltop.engine import recfile as rf
@@ -371,13 +371,11 @@ class Watcher:
             rows = {a.actor_id: a for a in job.targets}
             for aid, c in new.items():
                 inc.escalate(time.time(), "collective", _collective_text(rows.get(aid), c))
-            job.collectives = {**job.collectives, **found}
-            job.notes = tuple(dict.fromkeys((*job.notes, *notes)))
-            if job.samples and inc.report is not None:
-                inc.report = analyse(job.targets, job.samples, time.time(), job.collectives, native=inc.report.native,
-                                     notes=job.notes)
+            report = job.add_evidence(found, notes)
+            if report is not None and inc.report is not None:
+                inc.report = report
                 assert self.recorder is not None
-                self.recorder.dump(inc.report, None, inc.id)
+                self.recorder.dump(report, None, inc.id)
             inc.analyse()
             self._record_incident(inc, "updated")
             await self._write(inc)
