@@ -1,6 +1,6 @@
 """What watching for pending work costs per poll, on a real local Ray cluster (tests/integration/pending_job.py).
 
-    raylock python scripts/bench_pending.py [--reads 30]
+    raylock python -m scripts.bench_pending [--reads 30]
 
 Two moments of one cluster: healthy (a placed 2-worker verl group, nothing pending) and stuck (plus a verl
 pool that cannot be placed and a second job's pool waiting for resources). For each: the reads the engine
@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 HOST = ROOT / "tests" / "integration" / "pending_job.py"
 
 

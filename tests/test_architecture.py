@@ -1,6 +1,7 @@
 """The layer rules, enforced: engine over sources and analysis; ui and cli on top; arrows point one way.
 
-- ``model``, ``fmt``, ``convert``: plain data and text helpers; they import nothing else of verltop.
+- ``model``, ``fmt``, ``convert``, ``codec``: plain data, text helpers and the model's full JSON round trip;
+  they import nothing else of verltop.
 - ``sources``: fetch and parse only; never analysis, engine, ui, textual or rich.
 - ``analysis``: pure; only model, fmt, convert and itself; no I/O libraries.
 - ``engine``: sources and analysis; never ui, textual or rich.
@@ -18,7 +19,7 @@ from pathlib import Path
 
 PKG = Path(__file__).parent.parent / "verltop"
 
-BASE = ("verltop.model", "verltop.fmt", "verltop.convert")
+BASE = ("verltop.model", "verltop.fmt", "verltop.convert", "verltop.codec")
 IO_LIBS = ("aiohttp", "pynvml", "psutil", "subprocess", "ray", "socket", "http", "urllib")
 
 
@@ -66,7 +67,7 @@ def allowed(m: str, prefixes: tuple[str, ...]) -> bool:
 
 
 def test_base_modules_import_nothing_of_verltop_but_each_other():
-    for name in ("model", "fmt", "convert"):
+    for name in ("model", "fmt", "convert", "codec"):
         for m in imports(PKG / f"{name}.py"):
             assert allowed(m, BASE), (name, m)
 

@@ -76,10 +76,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"verltop {__version__}")
     _shared(p, sub=False)
-    sub = p.add_subparsers(dest="cmd", metavar="{tui,snapshot,dump,demo}")
+    p.add_argument("--record", metavar="FILE", help="record the TUI session into FILE (verltop replay FILE)")
+    sub = p.add_subparsers(dest="cmd", metavar="{tui,snapshot,dump,demo,watch,replay}")
+
+    from verltop import cli_watch
 
     t = sub.add_parser("tui", help="the interactive view (default)")
     _shared(t)
+    t.add_argument("--record", metavar="FILE", default=argparse.SUPPRESS,
+                   help="record the TUI session into FILE (verltop replay FILE)")
 
     s = sub.add_parser("snapshot", help="print one snapshot of the cluster")
     _shared(s)
@@ -117,6 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "of the rollout server in its weight load, or a reward sandbox that never returns; the keys H "
                    "and T hang a rank or TP worker 1 at any time")
     m.add_argument("--no-tui", action="store_true", help="leave the job running for other tools; Ctrl-C ends it")
+    m.add_argument("--record", metavar="FILE", default=argparse.SUPPRESS, help="record the TUI session into FILE")
+    cli_watch.add_watch(sub, _shared)
+    cli_watch.add_replay(sub)
     return p
 
 
@@ -134,6 +142,20 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_dump(args, _prefetch(args)))
         if cmd == "demo":
             return _demo(args)
+        if cmd == "watch":
+            from verltop.cli_watch import watch
+
+            try:
+                return watch(args)
+            except ValueError as e:
+                raise UserError(str(e)) from None
+        if cmd == "replay":
+            from verltop.cli_watch import replay
+
+            try:
+                return replay(args)
+            except ValueError as e:
+                raise UserError(str(e)) from None
         return _tui(args)
     except UserError as e:
         print(f"verltop: error: {e}", file=sys.stderr)
@@ -282,10 +304,24 @@ def _tui(args: argparse.Namespace, demo: Any = None) -> int:
     from verltop.ui.app import VerltopApp
 
     iv, st = _settings(args)
+    mon = Monitor(resolve(args.address), iv, st, use_local=not args.no_local, ras_addrs=tuple(args.ras_addr or ()))
+    recorder = None
+    if getattr(args, "record", None):
+        from verltop.cli_watch import record_writer
+
+        try:
+            recorder = record_writer(args.record, mon.address, st.stall_after_s).attach(mon)
+        except OSError as e:
+            raise UserError(str(e)) from None
     logsetup.to_file(args.log_file)
-    app = VerltopApp(Monitor(resolve(args.address), iv, st, use_local=not args.no_local,
-                             ras_addrs=tuple(args.ras_addr or ())), demo=demo)
-    app.run()
+    app = VerltopApp(mon, demo=demo)
+    try:
+        app.run()
+    finally:
+        if recorder is not None:
+            recorder.close()
+            print(f"verltop: recorded {recorder.written} frames into {args.record} (verltop replay {args.record})",
+                  file=sys.stderr)
     return app.return_code or 0
 
 

@@ -132,7 +132,7 @@ def test_a_stopped_listener_on_the_port_is_skipped():
         srv.freeze_half()
         got = []
         for _ in range(6):
-            body, problem = asyncio.run(ras.query("127.0.0.1", srv.port, first_reply_s=0.3, attempts=8))
+            body, problem = asyncio.run(ras.query("127.0.0.1", srv.port, first_reply_s=1.0, attempts=8))
             got.append((body is not None, problem))
         assert all(ok for ok, _ in got), got
 

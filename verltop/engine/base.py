@@ -5,15 +5,30 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from verltop.model import Problem, Snapshot
+from verltop.model import DumpReport, Problem, Snapshot
 
 if TYPE_CHECKING:
     from verltop.engine.dumps import DumpJob, ProgressFn
     from verltop.sources.pyspy import DumpOptions
 
 Subscriber = Callable[[Snapshot], None]
+DumpSubscriber = Callable[[DumpReport, "str | None"], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Playback:
+    """Where a replay stands (``Engine.playback()``; ``None`` on a live cluster)."""
+
+    at_s: float  # the recorded time shown
+    start_s: float
+    end_s: float
+    speed: float
+    paused: bool
+    ended: bool = False
+    name: str = ""  # what is replayed (file or incident)
 
 
 class Engine(ABC):
@@ -27,6 +42,7 @@ class Engine(ABC):
         self.latest: Snapshot | None = None
         self.paused = False
         self._subscribers: list[Subscriber] = []
+        self._dump_subscribers: list[DumpSubscriber] = []
 
     # ---------------------------------------------------------- lifecycle
 
@@ -49,6 +65,19 @@ class Engine(ABC):
         self.latest = snap
         for fn in list(self._subscribers):
             fn(snap)
+
+    def subscribe_dumps(self, fn: DumpSubscriber) -> Callable[[], None]:
+        """``fn(report, group)`` after each finished dump (a recording keeps them). Returns the unsubscribe."""
+        self._dump_subscribers.append(fn)
+        return lambda: self._dump_subscribers.remove(fn) if fn in self._dump_subscribers else None
+
+    def _publish_dump(self, report: DumpReport, group: str | None) -> None:
+        for fn in list(self._dump_subscribers):
+            fn(report, group)
+
+    def playback(self) -> Playback | None:
+        """Where a replay stands; ``None`` on a live cluster."""
+        return None
 
     def set_focus(self, node_ids: Iterable[str]) -> None:  # noqa: B027 - optional hint
         """The nodes whose rows a view shows (top first): their per-process figures are read first."""

@@ -71,7 +71,7 @@ class DumpJob:
                  refresh_rows: Callable[[], Awaitable[dict[str, ActorRow]]] | None = None, probe_address: str = "auto",
                  clock: Callable[[], float] = time.time, nodes: tuple[Node, ...] = (),
                  processes: bool = True, drivers: bool = True, ras_addrs: list[tuple[str, int]] | None = None,
-                 pending: tuple[PendingItem, ...] = ()) -> None:
+                 pending: tuple[PendingItem, ...] = (), native_ids: frozenset[str] = frozenset()) -> None:
         self.client = client
         self.local_node_ids = local_node_ids
         self.targets = targets
@@ -99,6 +99,10 @@ class DumpJob:
         self.children: list[ChildProc] = []
         self.drivers: list[ActorRow] = []
         self.deaths: dict[str, Death] = {}
+        # ranks read with native frames whatever ``opts`` says (``watch``: ranks on a pegged GPU, where the
+        # Python stack alone shows only the line that waits on the GPU)
+        self.native_ids = native_ids if not opts.nonblocking else frozenset()
+        self.native_used = opts.native
         self.tasks: list[RawTask] = []
         self.refs: list[RawObjectRef] = []
 
@@ -152,19 +156,32 @@ class DumpJob:
                 procs += [Target(d.actor_id, d) for d in self.drivers]
             child_of = {(c.actor_id, c.pid): c for c in self.children}
 
+            count = [0]
+
             def progress(a: ActorRow, d: ProcessDump, done: int, n: int) -> None:
                 c = child_of.get((a.actor_id, a.pid or -1))
                 key = child_key(c) if c is not None else a.actor_id
                 got.setdefault(key, []).append(d)
+                count[0] += 1
                 if self.first_rank_s is None:
                     self.first_rank_s = time.perf_counter() - self.started
                 rd = analyse_child(a, c, got[key]) if c is not None else analyse_rank(a, got[key])
-                self._emit("stacks", done, rd)
+                self._emit("stacks", count[0], rd)
 
             self._emit("stacks")
             # RAS first: it answers in a millisecond, and what it says is the state the stacks are taken in
             self.ras, ras_problems = await nccl_ras.read(self.ras_addrs)
-            samples = await cap.capture([*self.targets, *procs], progress)
+            native = [a for a in self.targets if a.actor_id in self.native_ids] if not self.opts.native else []
+            if native:  # two captures at once: py-spy's native mode is per run
+                rest = [*(a for a in self.targets if a.actor_id not in self.native_ids), *procs]
+                ncap = StackCapture(self.client, self.local_node_ids, replace(self.opts, native=True),
+                                    self.probe_address)
+                parts = await asyncio.gather(cap.capture(rest, progress), ncap.capture(native, progress))
+                samples = {**parts[0], **parts[1]}
+                cap.notes += [n for n in ncap.notes if n not in cap.notes]
+                self.native_used = True
+            else:
+                samples = await cap.capture([*self.targets, *procs], progress)
             self.samples = samples
             self._emit("evidence", self.total)
             if self.refresh_rows is not None:
@@ -193,7 +210,7 @@ class DumpJob:
 
     def _analyse(self) -> DumpReport:
         return analyse([*self.targets, *self.drivers], self.samples, self.clock(), self.collectives,
-                       native=self.opts.native, notes=self.notes, children=self.children, deaths=self.deaths,
+                       native=self.native_used, notes=self.notes, children=self.children, deaths=self.deaths,
                        tasks=self.tasks, refs=self.refs, ras=self.ras, pending=self.pending)
 
     async def _wait_graph(self) -> tuple[list[RawTask], list[RawObjectRef]]:
@@ -283,6 +300,16 @@ class DumpJob:
         self.notes = tuple(dict.fromkeys((*self.notes, *fr_findings(self.targets, states), *notes)))
         self.report = self._analyse()
         return self.report, notes
+
+    def add_evidence(self, collectives: dict[str, CollectiveInfo], notes: list[str]) -> DumpReport | None:
+        """Evidence found after the dump (``watch``: the watchdog's lines come at the collective's timeout),
+        analysed with the stacks already taken; the new report, or None when the dump never finished."""
+        self.collectives = {**self.collectives, **collectives}
+        self.notes = tuple(dict.fromkeys((*self.notes, *notes)))
+        if self.report is None:
+            return None
+        self.report = self._analyse()
+        return self.report
 
 
 def fr_infos(states: dict[str, FrRank]) -> dict[str, CollectiveInfo]:

@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -22,7 +22,7 @@ from verltop.analysis.view import ClusterData, build_snapshot, group_key, runnin
 from verltop.convert import one_line
 from verltop.engine import nccl_ras
 from verltop.engine.base import Engine
-from verltop.engine.dumps import DumpJob, ProgressFn
+from verltop.engine.dumps import DumpJob, DumpProgress, ProgressFn
 from verltop.engine.pending import PendingWatch
 from verltop.engine.trees import RemoteTrees
 from verltop.model import (
@@ -236,10 +236,19 @@ class Monitor(Engine):
             self._dirty.set()
 
     def dump(self, snap: Snapshot, group: str | None, opts: DumpOptions,
-             on_progress: ProgressFn | None = None, use_logs: bool = True) -> DumpJob:
-        return DumpJob(self.client, self.local_node_ids(), dump_targets(snap.actors, group), opts, on_progress,
-                       use_logs=use_logs, clock=self.clock, nodes=snap.nodes, drivers=group is None,
-                       ras_addrs=self.ras_addresses(snap.actors) if self.use_local else [], pending=snap.pending)
+             on_progress: ProgressFn | None = None, use_logs: bool = True,
+             refresh_rows: Callable[[], Awaitable[dict[str, ActorRow]]] | None = None,
+             native_ids: frozenset[str] = frozenset()) -> DumpJob:
+        def progress(p: DumpProgress) -> None:
+            if p.stage == "done" and p.report is not None:
+                self._publish_dump(p.report, group)  # a recording keeps it
+            if on_progress is not None:
+                on_progress(p)
+
+        return DumpJob(self.client, self.local_node_ids(), dump_targets(snap.actors, group), opts, progress,
+                       use_logs=use_logs, refresh_rows=refresh_rows, clock=self.clock, nodes=snap.nodes,
+                       drivers=group is None, ras_addrs=self.ras_addresses(snap.actors) if self.use_local else [],
+                       pending=snap.pending, native_ids=native_ids)
 
     async def log_tail(self, actor_id: str, stream: str = "err", lines: int = 200) -> tuple[str | None, Problem | None]:
         r = await D.fetch_log_tail(self.client, actor_id, stream, lines)

@@ -32,6 +32,25 @@ MAIN = [
             id="inject-tp-hang"),
 ]
 
+# `verltop replay`: added to the main screen's keys. ←/→ take priority over the table's sideways scroll.
+REPLAY = [
+    Binding("space", "toggle_play", "Play/pause", tooltip="pause or play the recording", id="replay-play"),
+    Binding("left", "step(-1)", "Step back", priority=True, tooltip="pause and go back one snapshot",
+            id="replay-back"),
+    Binding("right", "step(1)", "Step", priority=True, tooltip="pause and go forward one snapshot",
+            id="replay-forward"),
+    Binding("shift+left", "jump(-60)", "-1 min", show=False, priority=True, tooltip="go back one minute",
+            id="replay-jump-back"),
+    Binding("shift+right", "jump(60)", "+1 min", show=False, priority=True, tooltip="go forward one minute",
+            id="replay-jump-forward"),
+    Binding("left_square_bracket", "speed(False)", "Slower", key_display="[", tooltip="play half as fast",
+            id="replay-slower"),
+    Binding("right_square_bracket", "speed(True)", "Faster", key_display="]", tooltip="play twice as fast",
+            id="replay-faster"),
+    Binding("i", "next_incident", "Next incident", tooltip="jump to shortly before the next incident began",
+            id="replay-incident"),
+]
+
 TABLE = [
     Binding("up", "cursor_up", "Up", show=False, tooltip="move up", id="table-up"),
     Binding("down", "cursor_down", "Down", show=False, tooltip="move down", id="table-down"),
@@ -83,6 +102,7 @@ HELP = [
 # the help screen's sections: (title, bindings in the order shown)
 SECTIONS = (
     ("Main screen", MAIN + TABLE),
+    ("Replay (verltop replay: the main screen plays a recording; d and D open the recorded dump)", REPLAY),
     ("Stack screen (after d or D)", STACKS),
     ("A rank's full stack (Enter on the stack screen)", RANK_STACK),
     ("Details (Enter or l on an actor)", DETAILS),

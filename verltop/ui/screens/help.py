@@ -18,7 +18,8 @@ from verltop.ui import keymap
 
 _KEY_NAMES = {"question_mark": "?", "slash": "/", "escape": "Esc", "enter": "Enter", "pageup": "PgUp",
               "pagedown": "PgDn", "home": "Home", "end": "End", "up": "↑", "down": "↓", "left": "←",
-              "right": "→", "space": "Space", "ctrl+c": "Ctrl-C", "left_square_bracket": "[",
+              "right": "→", "space": "Space", "ctrl+c": "Ctrl-C", "left_square_bracket": "[", "shift+left": "Shift-←",
+              "shift+right": "Shift-→",
               "right_square_bracket": "]"}
 
 COLUMNS_HELP = """\

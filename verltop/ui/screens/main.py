@@ -41,7 +41,7 @@ class MainScreen(Screen):
 
     def on_mount(self) -> None:
         self.query_one("#filter", Input).display = False
-        self.query_one(HeaderBar).show_snapshot(None, False, self.app.engine.connection_problem())
+        self._header(None, False)
         self.query_one(ActorTable).focus()
         if self.app.demo is not None:
             self.message("demo: H hangs a trainer rank, T a TP worker of the rollout server; d dumps a group, "
@@ -62,13 +62,16 @@ class MainScreen(Screen):
         off the UI loop)."""
         return layout_rows(snap, self.grouping, self.sort, self.filter_rx, self.filter_invert, dict(self.toggled))
 
+    def _header(self, snap: Snapshot | None, paused: bool, now: float | None = None) -> None:
+        engine = self.app.engine
+        self.query_one(HeaderBar).show_snapshot(snap, paused, engine.connection_problem(), now, engine.playback())
+
     def show_snapshot(self, snap: Snapshot, rows: list | None = None) -> None:
-        header = self.query_one(HeaderBar)
         if self.paused:
-            header.show_snapshot(self._last, True, self.app.engine.connection_problem())
+            self._header(self._last, True)
             return
         self._last = snap
-        header.show_snapshot(snap, False, self.app.engine.connection_problem())
+        self._header(snap, False)
         self.table.set_shape(snap)
         self.table.apply(rows if rows is not None else self.table_rows(snap), snap.taken_at)
         self._show_selection()
@@ -79,14 +82,13 @@ class MainScreen(Screen):
 
     def tick(self, now: float) -> None:
         """Once a second between snapshots: ages in the table, the header's clocks (or why there is no data)."""
-        header = self.query_one(HeaderBar)
         if self._last is None:
-            header.show_snapshot(None, False, self.app.engine.connection_problem())
+            self._header(None, False)
             return
         if self.paused:
             return
         self.table.tick(now)
-        header.show_snapshot(self._last, False, self.app.engine.connection_problem(), now)
+        self._header(self._last, False, now)
 
     def _redraw(self) -> None:
         if self._last is not None:

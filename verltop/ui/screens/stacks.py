@@ -80,13 +80,14 @@ class StackScreen(Screen):
     BINDINGS = keymap.STACKS
 
     def __init__(self, snap: Snapshot, group: str | None = None, opts: DumpOptions | None = None,
-                 report: DumpReport | None = None) -> None:
+                 report: DumpReport | None = None, title: str | None = None) -> None:
         super().__init__()
         self.snap = snap
         self.group = group
         self.opts = opts or DumpOptions(samples=2, interval_s=1.0)
         self.job: DumpJob | None = None
         self.report: DumpReport | None = report
+        self.title = title  # where a finished report comes from ("recorded dump of 03:12:58")
         self.partial: dict[str, RankDump] = {}
 
     @property
@@ -206,10 +207,15 @@ class StackScreen(Screen):
     def _show_report(self, r: DumpReport) -> None:
         ok = sum(1 for x in r.ranks if x.error is None)
         took = f", in {self.job.elapsed_s:.1f} s" if self.job and self.job.elapsed_s is not None else ""
-        st = Text(f"{ok}/{len(r.ranks)} ranks dumped, {r.samples} samples ~1 s apart{took}", style="bold")
+        st = Text(style="bold")
+        if self.title:
+            st.append(f"{self.title}: ", style="cyan")
+        st.append(f"{ok}/{len(r.ranks)} ranks dumped, {r.samples} samples ~1 s apart{took}")
         if r.notes:
             st.append("   " + "; ".join(r.notes), style="yellow")
-        st.append("   Enter: full stack · w: write · r: again · Esc: back", style="grey70")
+        keys = "Enter: full stack · w: write · r: again · Esc: back" if self.app.engine.live else \
+            "Enter: full stack · w: write · Esc: back"
+        st.append("   " + keys, style="grey70")
         self._status(st)
         self.query_one("#chains", Static).update(chains_rich(r))
         self.query_one("#chains", Static).display = bool(r.chains)
