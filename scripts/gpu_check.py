@@ -15,7 +15,16 @@ timeout and the Flight Recorder on) until collective #5 hangs, then runs what a 
 3. the Flight Recorder through the debug-info pipe (what ``f`` does in the TUI), then ``dump --json`` again:
    the collective each rank waits in (``all_reduce`` #5; ``all_gather`` vs ``all_reduce`` for the mismatch);
 4. with ``--after-timeout``: after the NCCL watchdog fired, ``dump --json`` with the dump-on-timeout files
-   and the watchdog lines, then with the watchdog lines alone (the files moved aside).
+   and the watchdog lines, then with the watchdog lines alone (the files moved aside);
+5. with ``--post-mortem`` (implies ``--after-timeout``): once the watchdog has aborted the waiting ranks,
+   ``dump --json`` again: the dead rank classified ``nccl_timeout`` from its own stderr, the straggler still the
+   suspect with the collective it never reached.
+
+NCCL RAS (NCCL >= 2.24) is asked at every step (raw answers saved, JSON and text): before the timeout it must
+name the straggler as behind its peers (``straggler``), both ranks of the ``mismatch``, and ``snapshot`` /
+``dump`` must carry it; after the abort (``--post-mortem``) the dead rank as missing. The ``kill`` shape hangs
+like ``straggler`` and then SIGKILLs the straggler inside its wait: RAS names it missing, and the dump names the
+dead rank as the suspect.
 
 Shapes: ``straggler`` and ``mismatch`` need 2 GPUs (``--world`` ranks); ``single`` runs on one (an NCCL group
 of one that keeps its GPU busy, and a CPU-only straggler); ``tree`` (``scripts/gpu_tree.py``, one GPU, needs
@@ -97,7 +106,7 @@ class Scenario:
         self.checks = Checks()
         self.url = ""
         self.hang_t = 0.0
-        self.straggler = world - 1 if shape in ("straggler", "single") else None
+        self.straggler = world - 1 if shape in ("straggler", "single", "kill") else None
         self.pids: set[int] = set()  # this job's processes, ended at the stop if Ray left them
         self.own_pids: set[int] = set()  # processes of the job that are not Ray workers (the tree's engine)
         self.timings: list[dict[str, Any]] = []
@@ -126,7 +135,7 @@ class Scenario:
 
     # ---------------------------------------------------------- the run
 
-    def run(self, after_timeout: bool) -> Checks:
+    def run(self, after_timeout: bool, post_mortem: bool = False) -> Checks:
         import ray
 
         from scripts import gpu_job
@@ -150,7 +159,7 @@ class Scenario:
                 return self.checks
             marks = gpu_job.Marks.remote()
             fr = str(self.dir / "fr_rank_")
-            cfg = {"shape": self.shape, "world": self.world, "prefix": self.prefix, "port": self.port,
+            cfg = {"shape": "straggler" if self.shape == "kill" else self.shape, "world": self.world, "prefix": self.prefix, "port": self.port,
                    "hold_s": self.nccl_timeout_s + 600, "nccl_timeout_s": self.nccl_timeout_s, "marks": marks,
                    "fr_env": {"TORCH_FR_BUFFER_SIZE": "2000", "TORCH_FR_DUMP_TEMP_FILE": fr,
                               "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": str(self.dir / "fr_pipe_"),
@@ -159,9 +168,14 @@ class Scenario:
             if not self.wait_for_hang(marks, run_ref):
                 return self.checks
             time.sleep(3.0)  # every rank inside its wait, two samples apart
+            if self.shape == "kill":
+                self.killed()
+                return self.checks
             self.before_timeout()
-            if after_timeout:
+            if after_timeout or post_mortem:
                 self.after_timeout()
+            if post_mortem:
+                self.after_abort()
         finally:
             self.stop(ray)
         return self.checks
@@ -221,7 +235,125 @@ class Scenario:
             self.check_suspects("dump", dump, {self.straggler})
             stack = " ".join(f.get("func", "") for f in ranks.get(self.straggler, {}).get("stack") or [])
             c.check("dump: the straggler's stack shows generate_sequences", "generate_sequences" in stack)
+        if self.shape in ("straggler", "mismatch"):
+            self.check_ras_before(snap, dump)
         self.flight_recorder()
+
+    # ---------------------------------------------------------- NCCL RAS and the post-mortem
+
+    def ras(self, name: str) -> Any:
+        """NCCL RAS on this machine, its raw answers saved (JSON and text): the parsed report, or None."""
+        from verltop.sources import ras
+
+        async def both() -> tuple[tuple[Any, Any], str | None]:
+            body, problem = await ras.query()
+            text = None
+            try:  # the text form too, as NVIDIA's ncclras prints it
+                reader, writer = await asyncio.wait_for(asyncio.open_connection(ras.DEFAULT_HOST, ras.DEFAULT_PORT), 2)
+                writer.write(b"CLIENT PROTOCOL 2\nSTATUS\n")
+                await writer.drain()
+                text = (await asyncio.wait_for(reader.read(), 5)).decode("utf-8", "replace")
+                writer.close()
+            except (OSError, asyncio.TimeoutError):
+                pass
+            return (body, problem), text
+
+        (body, problem), text = asyncio.run(both())
+        if body is not None:
+            (self.dir / f"{name}.json").write_text(body)
+        if text is not None:
+            (self.dir / f"{name}.txt").write_text(text)
+        if body is None:
+            (self.dir / f"{name}.error").write_text(problem.text if problem else "no answer")
+            return None
+        report, _ = ras.parse(body)
+        return report
+
+    def ras_findings(self, what: str, report: Any) -> list[Any]:
+        from verltop.analysis.ras import findings
+
+        found = findings(report) if report is not None else []
+        (self.dir / f"{what}.findings.json").write_text(json.dumps([f.text for f in found], indent=1))
+        return found
+
+    def rank_pids(self, doc: dict | None) -> dict[int, int]:
+        return {r: a.get("pid") for r, a in self.ranks(doc, "ranks" if "ranks" in (doc or {}) else "actors").items()}
+
+    def check_ras_before(self, snap: dict | None, dump: dict | None) -> None:
+        c = self.checks
+        report = self.ras("ras_before")
+        c.check("RAS answers on this machine", report is not None)
+        found = self.ras_findings("ras_before", report)
+        pids = self.rank_pids(snap)
+        if self.shape in ("straggler",):
+            behind = {f.pid for f in found if f.kind == "behind"}
+            c.check("RAS: the straggler is behind its peers", behind == {pids.get(self.straggler)},
+                    [f.text for f in found])
+            rows = self.ranks(snap, "actors")
+            st = [x for x in rows.get(self.straggler, {}).get("stalls", []) if x.get("rule") == "ras"]
+            c.check("snapshot: the straggler carries the RAS stall", bool(st) and st[0].get("state") == "behind", st)
+            sus = [x for x in (dump or {}).get("suspects", []) if x.get("rank") == self.straggler]
+            c.check("dump: the straggler's suspect line has RAS's reason",
+                    bool(sus) and "NCCL RAS" in sus[0].get("reason", ""), sus)
+        elif self.shape == "mismatch":
+            mism = {f.pid for f in found if f.kind == "mismatch"}
+            c.check("RAS: both ranks issued different collectives", mism == set(pids.values()),
+                    [f.text for f in found])
+
+    def after_abort(self) -> None:
+        """After NCCL's watchdog aborted the waiting ranks (about a minute after it fired): the dead rank's
+        cause from its own stderr, the straggler still named, RAS naming the dead rank missing."""
+        if self.shape != "straggler":
+            return
+        c = self.checks
+        deadline = time.time() + 150
+        dump = None
+        while time.time() < deadline:
+            dump = self.verltop("dump_after_abort.json", "dump", "--json", "--samples", "1")
+            dead = [a for r, a in self.ranks(dump, "ranks").items() if a.get("state") == "DEAD" and a.get("process") is None]
+            if dead:
+                break
+            time.sleep(5.0)
+        ranks = self.ranks(dump, "ranks")
+        waiting = [r for r in range(self.world) if r != self.straggler]
+        deaths = {r: (ranks.get(r, {}).get("death") or {}).get("kind") for r in waiting}
+        c.check("post-mortem: the aborted ranks are DEAD, classified nccl_timeout",
+                all(v == "nccl_timeout" for v in deaths.values()), deaths)
+        self.check_suspects("post-mortem", dump, {self.straggler})
+        reason = " ".join(s.get("reason", "") for s in (dump or {}).get("suspects", []))
+        c.check("post-mortem: the suspect's reason names the collective it never reached", "#5" in reason, reason)
+        self.verltop("dump_after_abort.txt", "dump", "--samples", "1")
+        report = self.ras("ras_after_abort")
+        found = self.ras_findings("ras_after_abort", report)
+        if report is not None:  # only while the straggler's RAS thread is alive to answer
+            pids = self.rank_pids(dump)
+            missing = {f.pid for f in found if f.kind == "missing"}
+            c.check("RAS after the abort: the dead ranks are missing", missing == {pids.get(r) for r in waiting},
+                    [f.text for f in found])
+
+    def killed(self) -> None:
+        """The straggler SIGKILLed inside its wait: RAS names it missing, the dump names it the suspect."""
+        c = self.checks
+        snap = self.verltop("snapshot.json", "snapshot", "--json")
+        self.pids |= {a["pid"] for a in (snap or {}).get("actors", []) if a.get("pid")}
+        victim = self.ranks(snap, "actors").get(self.straggler, {}).get("pid")
+        c.check("kill: the straggler's pid is known", bool(victim))
+        if not victim:
+            return
+        self.ras("ras_before_kill")
+        os.kill(victim, signal.SIGKILL)
+        time.sleep(8.0)  # Ray marks it DEAD; RAS's keep-alive notices
+        dump = None
+        for _ in range(10):
+            dump = self.verltop("dump_after_kill.json", "dump", "--json", "--samples", "1")
+            if self.ranks(dump, "ranks").get(self.straggler, {}).get("state") == "DEAD":
+                break
+            time.sleep(3.0)
+        self.check_suspects("after the kill", dump, {self.straggler})
+        report = self.ras("ras_after_kill")
+        found = self.ras_findings("ras_after_kill", report)
+        c.check("RAS after the kill: the killed rank is missing", victim in {f.pid for f in found if f.kind == "missing"},
+                [f.text for f in found])
 
     def check_suspects(self, what: str, dump: dict | None, want: set[int]) -> None:
         got = {s.get("rank") for s in (dump or {}).get("suspects", []) if s.get("worker_group") == self.prefix}
@@ -328,11 +460,13 @@ def gpu_processes() -> list[str]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--shapes", help="comma-separated: straggler, mismatch, single, tree (default: what the GPUs "
+    ap.add_argument("--shapes", help="comma-separated: straggler, mismatch, single, tree, kill (default: what the GPUs "
                     "allow, and tree)")
     ap.add_argument("--world", type=int, default=2, help="ranks for straggler and mismatch (one GPU each; default 2)")
     ap.add_argument("--timeout", type=float, default=60.0, metavar="S", help="the NCCL timeout (default 60)")
     ap.add_argument("--after-timeout", action="store_true", help="also check the watchdog path after the timeout")
+    ap.add_argument("--post-mortem", action="store_true",
+                    help="also check the dump after the watchdog aborted the ranks (implies --after-timeout)")
     ap.add_argument("--out", default=f"gpu-check-{time.strftime('%Y%m%d-%H%M%S')}", help="output directory")
     a = ap.parse_args()
     n = count_gpus()
@@ -340,7 +474,7 @@ def main() -> int:
         print("gpu_check: no NVIDIA GPU found (NVML / nvidia-smi)", file=sys.stderr)
         return 2
     shapes = a.shapes.split(",") if a.shapes else (["straggler", "mismatch"] if n >= 2 else ["single"]) + ["tree"]
-    bad = [s for s in shapes if s not in ("straggler", "mismatch", "single", "tree")]
+    bad = [s for s in shapes if s not in ("straggler", "mismatch", "single", "tree", "kill")]
     need = max(1 if s in ("single", "tree") else a.world for s in shapes)
     if bad or a.world < 2 or need > n:
         print(f"gpu_check: {'unknown shape ' + ', '.join(bad) if bad else f'{need} GPUs needed, {n} here'}",
@@ -353,7 +487,7 @@ def main() -> int:
     results = {}
     for i, shape in enumerate(shapes):
         sc = Scenario(shape, 2 if shape == "single" else a.world, out, a.timeout, PORT_BASE + i)
-        results[shape] = sc.run(a.after_timeout)
+        results[shape] = sc.run(a.after_timeout, a.post_mortem)
         (sc.dir / "checks.json").write_text(json.dumps(results[shape].items, indent=1))
         (sc.dir / "timings.json").write_text(json.dumps(sc.timings, indent=1))
     lines = [f"# verltop GPU check, {time.strftime('%Y-%m-%d %H:%M')}, {n} GPU(s)\n", "| shape | check | |",
