@@ -111,7 +111,7 @@ def env_values(env: Mapping[str, Any]) -> tuple[dict[str, str | None], str, dict
     disagree on})."""
     workers = list(env.get("workers") or [])
     raylet = env.get("raylet")
-    names = set(raylet or {}) | {k for w in workers for k in w}
+    names = set(raylet or {}) | {k for w in workers for k in w if k not in RAYLET_ONLY}
     out: dict[str, str | None] = {}
     split: dict[str, list[str]] = {}
     for name in names:
@@ -270,7 +270,12 @@ def build_report(nodes: list[NodeFacts], now: float, path: str | None = None, el
         for k in names:
             if k.startswith("env.") and k not in v and v.get("env.source") not in (None, "unreadable"):
                 v[k] = UNSET
-    rows = _row_order(names)
+    # rows nobody could fill say nothing (GPU details on a CPU-only cluster)
+    rows = tuple(r for r in _row_order(names) if r == "probe" or any(values[n.node_id].get(r) is not None
+                                                                      for n in nodes))
+    nodes = sorted(nodes, key=lambda n: (not n.is_head, lab[n.node_id]))
+    problems = _group([(lab[n.node_id], c, p) for n in nodes for c, p in _node_problems(n, values[n.node_id])],
+                      len(nodes))
     out_nodes = tuple(DoctorNode(n.node_id, n.ip, n.hostname, lab[n.node_id], n.is_head,
                                  tuple((k, values[n.node_id].get(k)) for k in rows), n.error) for n in nodes)
     mismatches = []
@@ -286,9 +291,20 @@ def build_report(nodes: list[NodeFacts], now: float, path: str | None = None, el
             known = {k: v for k, v in vals.items() if v is not None}
             mismatches.append(Mismatch(check, tuple(sorted(known.items())), top, deviants,
                                        _mismatch_problem(check, known, top, deviants)))
-    problems = [p for n in nodes for p in _node_problems(n, lab[n.node_id], values[n.node_id])]
     return DoctorReport(now, out_nodes, rows, tuple(mismatches), tuple(problems),
                         tuple(dict.fromkeys((*notes, *(x for n in nodes for x in n.notes)))), path, elapsed_s)
+
+
+def _group(found: list[tuple[str, str | None, Problem]], n_nodes: int) -> list[Finding]:
+    """The same problem on several nodes is one sentence naming them (or "every node")."""
+    by: dict[tuple[str | None, str, str | None, str], list[str]] = {}
+    for label, check, p in found:
+        by.setdefault((check, p.message, p.remedy, p.kind), []).append(label)
+    out = []
+    for (check, message, remedy, kind), labs in by.items():
+        who = "every node" if len(labs) == n_nodes and n_nodes > 1 else ", ".join(labs)
+        out.append(Finding(check, tuple(labs), Problem(kind, f"{who}: {message}", remedy)))
+    return out
 
 
 def _read_back(n: NodeFacts, lab: Mapping[str, str]) -> CheckValue:
@@ -300,11 +316,12 @@ def _read_back(n: NodeFacts, lab: Mapping[str, str]) -> CheckValue:
     return "; ".join(f"{who}'s file: {why}" for who, why in sorted(bad.items()))
 
 
-def _node_problems(n: NodeFacts, label: str, v: Mapping[str, CheckValue]) -> list[Finding]:
-    out: list[Finding] = []
+def _node_problems(n: NodeFacts, v: Mapping[str, CheckValue]) -> list[tuple[str | None, Problem]]:
+    """One node's problems, as (check, problem) with the sentence not yet naming the node."""
+    out: list[tuple[str | None, Problem]] = []
 
     def add(check: str | None, message: str, remedy: str | None, kind: str = "doctor") -> None:
-        out.append(Finding(check, (label,), Problem(kind, f"{label}: {message}", remedy)))
+        out.append((check, Problem(kind, message, remedy)))
 
     if n.error is not None:
         add("probe", f"could not be checked: {n.error.message}", n.error.remedy, n.error.kind)
@@ -396,7 +413,7 @@ def value_text(check: str, v: CheckValue) -> str:
     if check.endswith("_bytes") and isinstance(v, int | float):
         return fmt.size(v)
     if check == "clock.offset_s" and isinstance(v, int | float):
-        return f"{v:+.3f}s"
+        return f"{round(v, 3) or 0.0:+.3f}s"
     if isinstance(v, bool):
         return "yes" if v else "no"
     return str(v)
