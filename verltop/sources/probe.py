@@ -164,12 +164,45 @@ def connect(address: str, node_ids: Iterable[str]) -> None:
     # show: they would land in the middle of the TUI or of `verltop dump` output
     logging.getLogger("ray").setLevel(logging.ERROR)
     if not ray.is_initialized():
+        _fault_handler()
         ray.init(address=address, namespace=NAMESPACE, logging_level="ERROR", log_to_driver=False,
                  configure_logging=False)
+        _mute_driver_messages()
     # address="auto" finds the cluster this machine runs; make sure it is the dashboard's cluster
     known = {n["NodeID"] for n in ray.nodes()}
     if not set(node_ids) <= known:
         raise RuntimeError("the Ray cluster on this machine is not the dashboard's cluster")
+
+
+_DEVNULL: list[Any] = []
+
+
+def _fault_handler() -> None:
+    """ray.init enables faulthandler on ``sys.stderr``; under the TUI that is Textual's capture, which has no
+    file descriptor, and ray.init fails. Enable it first, on a descriptor that stays valid."""
+    import faulthandler
+    import io
+
+    if faulthandler.is_enabled():
+        return
+    try:
+        faulthandler.enable(all_threads=False)
+    except (ValueError, RuntimeError, io.UnsupportedOperation, AttributeError):  # RuntimeError: fileno() -1
+        if not _DEVNULL:
+            _DEVNULL.append(open(os.devnull, "w"))  # noqa: SIM115 - kept open for the process's life
+        faulthandler.enable(file=_DEVNULL[0], all_threads=False)
+
+
+def _mute_driver_messages() -> None:
+    """A driver prints the cluster's error messages ("(raylet) The node ... has been marked dead") to this
+    process's stdout from a thread of its own, even with ``log_to_driver=False``: into the middle of the TUI or
+    of ``--json`` output. verltop reports what matters to it (a node that left) itself, so they are dropped."""
+    try:
+        import ray._private.worker as w
+
+        w.print_to_stdstream = lambda *args, **kwargs: None
+    except (ImportError, AttributeError):
+        pass
 
 
 class ProbePool:

@@ -107,7 +107,7 @@ class NodesScreen(Screen):
         self._status(st)
         t = self.query_one("#doctor-table", DataTable)
         t.clear(columns=True)
-        t.add_column("CHECK", key="check")
+        t.add_column("CHECK", key="check", width=max(len("CHECK"), *(len(c) for c in r.checks)))
         for n in r.nodes:
             head = f"{n.label}{' (head)' if n.is_head else ''}"
             t.add_column(Text(head, style="bold"), key=n.node_id)
