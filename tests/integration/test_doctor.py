@@ -224,6 +224,21 @@ def test_tui_nodes_view(doctor_cluster, tmp_path):
         assert tui.quit() == 0
 
 
+def test_no_ray_cluster_to_join_is_one_line_exit_2(doctor_cluster):
+    """The dashboard answers but the probes cannot start (this machine does not reach the cluster's GCS)."""
+    c = doctor_cluster
+    env = {**c.env(), "RAY_ADDRESS": "127.0.0.1:1"}
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "verltop", "doctor", "--json", "--address", c.address],
+                       capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
+    TIMES["doctor, no Ray to join (exit 2)"] = time.monotonic() - t0
+    assert p.returncode == 2 and p.stdout == "", (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("verltop: error: cannot start the probes"), p.stderr
+    assert "RAY_ADDRESS" in lines[0]
+    clean(p.stderr, "the error line")
+
+
 def test_a_node_that_stops_answering_is_given_up_on(doctor_cluster):
     c = doctor_cluster
     c.send("stop third")

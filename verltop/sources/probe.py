@@ -155,9 +155,13 @@ def connect(address: str, node_ids: Iterable[str]) -> None:
                 Config.initialize("")
             except (ImportError, AttributeError):
                 pass
+    # Ray's C++ client writes its warnings (a GCS it cannot reach, retried for the whole timeout) straight to
+    # fd 2: into the TUI's screen or around the CLI's one error line. verltop says what went wrong itself.
+    os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")
     # RAY_ADDRESS may hold the dashboard's URL (verltop reads it there); ray.init wants the GCS
     if address == "auto" and os.environ.get("RAY_ADDRESS", "").lower().startswith(("http://", "https://")):
         del os.environ["RAY_ADDRESS"]
+    _gcs_reachable(address)
     import ray
 
     # ray.init's warnings (token auth on, no SIGTERM handler off the main thread) are not ours to
@@ -172,6 +176,27 @@ def connect(address: str, node_ids: Iterable[str]) -> None:
     known = {n["NodeID"] for n in ray.nodes()}
     if not set(node_ids) <= known:
         raise RuntimeError("the Ray cluster on this machine is not the dashboard's cluster")
+
+
+def _gcs_reachable(address: str, timeout_s: float = 3.0) -> None:
+    """Fail at once, in one sentence, when nothing answers at the GCS address ray.init would use; ray.init
+    itself would retry for its whole timeout, its C++ client printing to fd 2 meanwhile."""
+    import socket
+
+    try:
+        from ray._private.services import canonicalize_bootstrap_address
+
+        gcs = canonicalize_bootstrap_address(address)
+    except Exception as e:  # noqa: BLE001 - "no running Ray instance" and friends: ray's sentence says it
+        raise RuntimeError(one_line(e, 200)) from None
+    if not gcs:
+        raise RuntimeError("no Ray cluster address (RAY_ADDRESS) and no Ray cluster running on this machine")
+    host, _, port = gcs.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except (OSError, ValueError) as e:
+        why = getattr(e, "strerror", None) or str(e) or type(e).__name__
+        raise RuntimeError(f"nothing answers at the Ray cluster's GCS address {gcs} ({why})") from None
 
 
 _DEVNULL: list[Any] = []
