@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import pytest
 
@@ -161,3 +162,64 @@ def test_probe_functions_run_where_verltop_cannot_be_imported(tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     got = json.loads(p.stdout)
     assert got["python"] == sys.version.split()[0] and "lo" in got["iface"] and got["mods"] == []
+
+
+class _NVMLError(Exception):
+    pass
+
+
+def fake_pynvml(ecc: list[int | None], remap: list[tuple | None]) -> Any:
+    """NVML as the H200s answered (driver 580.159.04, CUDA 13.0, pages retirement not supported): ECC errors
+    and remapped rows cannot be caused on purpose, so their answers are given here."""
+    import types
+
+    m = types.ModuleType("pynvml")
+    m.NVMLError = _NVMLError
+    m.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, m.NVML_VOLATILE_ECC = 1, 0
+    m.nvmlInit = m.nvmlShutdown = lambda: None
+    m.nvmlSystemGetDriverVersion = lambda: "580.159.04"
+    m.nvmlSystemGetCudaDriverVersion_v2 = lambda: 13000
+    m.nvmlDeviceGetCount = lambda: len(ecc)
+    m.nvmlDeviceGetHandleByIndex = lambda i: i
+    m.nvmlDeviceGetName = lambda h: b"NVIDIA H200"
+    m.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(free=150109880320, total=150754820096)
+
+    def ecc_of(h: int, kind: int, counter: int) -> int:
+        if ecc[h] is None:
+            raise _NVMLError("Not Supported")
+        return ecc[h]
+
+    def remap_of(h: int) -> tuple:
+        if remap[h] is None:
+            raise _NVMLError("Not Supported")
+        return remap[h]
+
+    def retired(h: int) -> int:
+        raise _NVMLError("Not Supported")
+
+    m.nvmlDeviceGetTotalEccErrors = ecc_of
+    m.nvmlDeviceGetRemappedRows = remap_of
+    m.nvmlDeviceGetRetiredPagesPendingStatus = retired
+    return m
+
+
+def test_gpus_as_nvml_reports_them(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml([0, 2, None], [(0, 0, 0, 0), (0, 1, 1, 0), None]))
+    g = node_check.gpus()
+    assert g["driver"] == "580.159.04" and g["cuda"] == "13.0" and len(g["gpus"]) == 3
+    a, b, c = g["gpus"]
+    assert a == {"index": 0, "name": "NVIDIA H200", "mem_free_bytes": 150109880320, "mem_total_bytes": 150754820096,
+                 "ecc_uncorrected": 0, "remap_pending": False, "remap_failed": False, "retired_pending": None}
+    assert b["ecc_uncorrected"] == 2 and b["remap_pending"] is True and b["remap_failed"] is False
+    assert c["ecc_uncorrected"] is None and c["remap_pending"] is None and c["retired_pending"] is None
+
+
+def test_gpus_without_nvml(monkeypatch):
+    m = fake_pynvml([0], [None])
+
+    def init() -> None:
+        raise _NVMLError("Driver Not Loaded")
+
+    m.nvmlInit = init
+    monkeypatch.setitem(sys.modules, "pynvml", m)
+    assert node_check.gpus() == {"error": "no NVML (Driver Not Loaded)"}

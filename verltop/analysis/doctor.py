@@ -368,7 +368,9 @@ def _node_problems(n: NodeFacts, v: Mapping[str, CheckValue]) -> list[tuple[str 
 def _gpu_problems(n: NodeFacts, v: Mapping[str, CheckValue], f: Mapping[str, Any], add: Any) -> None:
     g = f.get("gpus")
     if n.ray_gpus > 0 and not _ok(g):
-        add("nvidia.driver", f"Ray counts {n.ray_gpus:g} GPUs there but {(g or {}).get('error', 'NVML failed')}",
+        err = str((g or {}).get("error", "NVML failed"))
+        add("nvidia.driver", f"Ray counts {n.ray_gpus:g} GPUs there but {err}",
+            "pip install nvidia-ml-py in the Python of the Ray workers there" if "not installed" in err else
             "check the NVIDIA driver on that node (`nvidia-smi`); reboot or reinstall it")
     if not _ok(g):
         return

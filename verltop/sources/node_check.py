@@ -87,7 +87,7 @@ def _torch_build() -> dict[str, Any]:
     import ast
     import importlib.util
 
-    out: dict[str, Any] = {"cuda": None, "nccl": None}
+    out: dict[str, Any] = {"version": None, "cuda": None, "nccl": None}
     try:
         spec = importlib.util.find_spec("torch")
     except (ImportError, ValueError):
@@ -106,6 +106,7 @@ def _torch_build() -> dict[str, Any]:
         value = getattr(node, "value", None)
         if isinstance(target, ast.Name) and isinstance(value, ast.Constant):
             consts[target.id] = value.value
+    out["version"] = consts.get("__version__")  # with its local tag (2.11.0+cu130), which the metadata may lack
     out["cuda"] = consts.get("cuda") or "none"
     if consts.get("hip"):
         out["cuda"] = f"none (ROCm {consts['hip']})"
@@ -136,6 +137,7 @@ def versions() -> dict[str, Any]:
         out[p] = _dist_version(p) or "absent"
     if out["torch"] != "absent":
         b = _torch_build()
+        out["torch"] = b["version"] or out["torch"]
         out["torch.cuda"], out["torch.nccl"] = b["cuda"], b["nccl"]
     else:
         out["torch.cuda"] = out["torch.nccl"] = "absent"
@@ -184,7 +186,10 @@ def gpus() -> dict[str, Any]:
     try:
         import pynvml
     except ImportError:
-        return {"error": "no NVML (nvidia-ml-py is not installed)"}
+        try:  # Ray ships a copy: wherever a probe runs, it is there
+            from ray._private.thirdparty import pynvml
+        except ImportError:
+            return {"error": "no NVML (nvidia-ml-py is not installed)"}
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as e:
