@@ -201,7 +201,7 @@ def test_tui_nodes_view(doctor_cluster, tmp_path):
     c = doctor_cluster
     tui = PtyTui("--address", c.address, env=c.env(), cwd=tmp_path, cols=200, rows=50)
     try:
-        tui.wait_output(b"Nodes", 60)  # the main screen's footer
+        tui.wait_output(b"Quit", 60)  # the main screen's footer
         t0 = time.monotonic()
         tui.press("n")
         tui.wait_output(b"2 mismatches", 90)

@@ -146,4 +146,4 @@ async def test_help_lists_the_nodes_view(replay):
         await wait_rows(pilot, app, 5)
         await pilot.press("question_mark")
         text = "\n".join(str(w.render()) for w in app.screen.query(Static))
-        assert "Nodes view (n)" in text and "check every node side by side" in text
+        assert "Nodes view (n)" in text and "every node side by side" in text

@@ -19,8 +19,8 @@ MAIN = [
     Binding("s", "sort", "Sort", tooltip="sort within groups: rank → GPU → CPU → memory → task age", id="sort"),
     Binding("g", "group", "Group", tooltip="group rows by worker group → role → node", id="group"),
     Binding("p", "pause", "Pause", tooltip="freeze the display (polling goes on)", id="pause"),
-    Binding("n", "nodes", "Nodes", tooltip="check every node side by side: versions, driver, GPUs, NCCL environment, "
-            "interfaces, disks, clocks (what `verltop doctor` prints); differences in red", id="nodes"),
+    Binding("n", "nodes", "Nodes", show=False, tooltip="every node side by side: versions, GPUs, NCCL "
+            "environment, disks, clocks (verltop doctor); differences in red", id="nodes"),
     Binding("l", "details", "Log", show=False, tooltip="details and log tail of the selected actor", id="log"),
     Binding("j", "cursor_down", "Down", show=False, tooltip="move down", id="down"),
     Binding("k", "cursor_up", "Up", show=False, tooltip="move up", id="up"),
