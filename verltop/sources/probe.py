@@ -155,9 +155,6 @@ def connect(address: str, node_ids: Iterable[str]) -> None:
                 Config.initialize("")
             except (ImportError, AttributeError):
                 pass
-    # Ray's C++ client writes its warnings (a GCS it cannot reach, retried for the whole timeout) straight to
-    # fd 2: into the TUI's screen or around the CLI's one error line. verltop says what went wrong itself.
-    os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")
     # RAY_ADDRESS may hold the dashboard's URL (verltop reads it there); ray.init wants the GCS
     if address == "auto" and os.environ.get("RAY_ADDRESS", "").lower().startswith(("http://", "https://")):
         del os.environ["RAY_ADDRESS"]
