@@ -115,7 +115,8 @@ class DoctorJob:
         try:
             self._emit("probe")
             facts = list(await asyncio.gather(*(self._probe(n) for n in alive)))
-            facts = _against_head(facts)
+            facts, clock_note = _against_head(facts)
+            notes += clock_note
             if self.path is not None:
                 self._emit("path")
                 facts = await self._shared_dir(facts, self.path)
@@ -128,8 +129,9 @@ class DoctorJob:
         rn = runner.nodes.get(n.node_id)
         base = NodeFacts(n.node_id, n.ip or (rn.ip if rn else None), n.hostname or (rn.hostname if rn else None),
                          n.is_head, rn.gpus if rn else 0.0)
+        # the node's own parts stop in time to be reported, within the node's timeout (worker start included)
         facts, err = await runner.call(n.node_id, self.node_timeout_s, node_check.collect,
-                                       rn.session_dir if rn else None)
+                                       rn.session_dir if rn else None, max(3.0, self.node_timeout_s * 0.6))
         if err is None:
             best: tuple[float, float] | None = None  # (rtt, offset against this machine)
             for _ in range(CLOCK_SAMPLES):
@@ -181,13 +183,14 @@ class DoctorJob:
                 for f in facts]
 
 
-def _against_head(facts: list[NodeFacts]) -> list[NodeFacts]:
+def _against_head(facts: list[NodeFacts]) -> tuple[list[NodeFacts], tuple[str, ...]]:
     """Offsets measured against this machine, re-based on the head node's clock (when the head answered)."""
     head = next((f for f in facts if f.is_head and f.clock_offset_s is not None), None)
     if head is None:
-        return facts
+        return facts, ("clock offsets are against this machine's clock: the head node did not answer",)
     base = head.clock_offset_s or 0.0
-    return [replace(f, clock_offset_s=f.clock_offset_s - base) if f.clock_offset_s is not None else f for f in facts]
+    return [replace(f, clock_offset_s=f.clock_offset_s - base) if f.clock_offset_s is not None else f
+            for f in facts], ()
 
 
 __all__ = ["DoctorJob", "DoctorProgress"]

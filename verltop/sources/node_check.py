@@ -47,8 +47,7 @@ def filter_environ(raw: bytes) -> dict[str, str]:
     return out
 
 
-def _timed(fn: Any, *args: Any, timeout_s: float = STEP_TIMEOUT_S) -> Any:
-    """``fn(*args)`` in a daemon thread; ``{"error": ...}`` when it raises or does not return in time."""
+def _start(fn: Any, *args: Any) -> tuple[threading.Thread, dict[str, Any]]:
     box: dict[str, Any] = {}
 
     def run() -> None:
@@ -59,10 +58,20 @@ def _timed(fn: Any, *args: Any, timeout_s: float = STEP_TIMEOUT_S) -> Any:
 
     t = threading.Thread(target=run, daemon=True)
     t.start()
-    t.join(timeout_s)
+    return t, box
+
+
+def _outcome(box: dict[str, Any], timeout_s: float) -> Any:
     if "v" in box:
         return box["v"]
     return {"error": box.get("e") or f"did not answer within {timeout_s:g} s"}
+
+
+def _timed(fn: Any, *args: Any, timeout_s: float = STEP_TIMEOUT_S) -> Any:
+    """``fn(*args)`` in a daemon thread; ``{"error": ...}`` when it raises or does not return in time."""
+    t, box = _start(fn, *args)
+    t.join(timeout_s)
+    return _outcome(box, timeout_s)
 
 
 # ---------------------------------------------------------------- versions
@@ -339,21 +348,27 @@ def disk(path: str) -> dict[str, Any]:
 # ---------------------------------------------------------------- entry points (called by the probe)
 
 
-def collect(session_dir: str | None) -> dict[str, Any]:
-    """Everything ``doctor`` compares and checks on this node, each part under its own time limit."""
+def collect(session_dir: str | None, budget_s: float = 20.0) -> dict[str, Any]:
+    """Everything ``doctor`` compares and checks on this node. The parts run at once, each in its own thread;
+    one still running after ``budget_s`` (NVML on a GPU off the bus, statvfs on a hung NFS mount) is reported
+    as such and the rest still come back."""
     logs = os.path.join(session_dir, "logs") if session_dir else None
-    return {
-        "hostname": socket.gethostname(),
-        "pid": os.getpid(),
-        "versions": _timed(versions, timeout_s=90.0),
-        "gpus": _timed(gpus),
-        "xid": _timed(_kmsg_xids),
-        "env": _timed(worker_env),
-        "interfaces": _timed(interfaces),
-        "disk_logs": _timed(disk, logs) if logs else {"error": "Ray's session directory is unknown"},
-        "disk_tmp": _timed(disk, "/tmp"),
-        "time": time.time(),
+    steps: dict[str, tuple[Any, tuple[Any, ...]]] = {
+        "versions": (versions, ()), "gpus": (gpus, ()), "xid": (_kmsg_xids, ()), "env": (worker_env, ()),
+        "interfaces": (interfaces, ()), "disk_tmp": (disk, ("/tmp",)),
     }
+    if logs:
+        steps["disk_logs"] = (disk, (logs,))
+    started = {name: _start(fn, *args) for name, (fn, args) in steps.items()}
+    deadline = time.monotonic() + budget_s
+    out: dict[str, Any] = {"hostname": socket.gethostname(), "pid": os.getpid()}
+    for name, (t, box) in started.items():
+        t.join(max(0.0, deadline - time.monotonic()))
+        out[name] = _outcome(box, budget_s)
+    if not logs:
+        out["disk_logs"] = {"error": "Ray's session directory is unknown"}
+    out["time"] = time.time()
+    return out
 
 
 def now() -> float:
