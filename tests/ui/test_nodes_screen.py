@@ -147,3 +147,24 @@ async def test_help_lists_the_nodes_view(replay):
         await pilot.press("question_mark")
         text = "\n".join(str(w.render()) for w in app.screen.query(Static))
         assert "Nodes view (n)" in text and "every node side by side" in text
+
+
+async def test_no_node_answers_is_a_check_that_could_not_run(replay):
+    three_nodes(replay)
+    app = make_app(replay.url)
+    runner = LocalRunner()
+
+    async def refuse(node_id, timeout_s, fn, *args):
+        from verltop.model import Problem
+
+        return None, Problem("probe", "the probe failed: ActorUnschedulableError")
+
+    runner.call = refuse
+    use_runner(app, runner)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_rows(pilot, app, 5)
+        await pilot.press("n")
+        screen = app.screen
+        await wait_for(pilot, lambda: "could not run" in status(screen))
+        assert "no node could be checked (3 tried): the probe failed: ActorUnschedulableError" in status(screen)
+        assert screen.report is None and runner.closed

@@ -115,6 +115,11 @@ class DoctorJob:
         try:
             self._emit("probe")
             facts = list(await asyncio.gather(*(self._probe(n) for n in alive)))
+            if all(f.error is not None for f in facts):  # not one probe ran: the check could not run at all
+                first = facts[0].error
+                assert first is not None
+                self._fail(first.with_message(f"no node could be checked ({len(facts)} tried): {first.message}"))
+                return None
             facts, clock_note = _against_head(facts)
             notes += clock_note
             if self.path is not None:
