@@ -154,6 +154,16 @@ def test_json_names_exactly_the_planted_mismatches(doctor_cluster):
         assert abs(ch["clock.offset_s"]) < 0.5  # one machine, one clock
         assert ch["nvidia.driver"] == "no NVML" or ch["gpu.count"] > 0
         assert not any(k.startswith("env.") and k[4:] in SECRETS for k in ch)
+    # one probe per node, in its own namespace, not detached, and removed when the check ended
+    deadline = time.monotonic() + 15
+    while True:
+        probes = [a for a in c.dashboard.rows("actors", detail="true") if a["class_name"].endswith("VerltopProbe")]
+        if (probes and all(a["state"] == "DEAD" for a in probes)) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert sorted(a["node_id"] for a in probes) == sorted(c.nodes.values()), probes
+    assert all(a["ray_namespace"] == "verltop-probe" and a["is_detached"] is False and a["state"] == "DEAD"
+               for a in probes), probes
 
 
 def test_text_marks_the_odd_column_and_says_how_to_fix_it(doctor_cluster):
