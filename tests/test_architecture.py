@@ -7,7 +7,8 @@
 - ``engine``: sources and analysis; never ui, textual or rich.
 - ``ui``: the engine (and pure analysis/fmt/text for drawing); never a source, nor an I/O library.
 - no import cycles between modules, lazy (function-level) imports included.
-- ``ray`` only in ``demo`` and the remote probe; not on the TUI's path at all.
+- ``ray`` only in ``demo``, the remote probe and the code the probe runs on nodes (inside a Ray worker);
+  not on the TUI's path at all.
 """
 
 from __future__ import annotations
@@ -130,14 +131,16 @@ def test_no_import_cycles():
 
 def test_ray_only_in_demo_and_probe():
     for f in PKG.rglob("*.py"):
-        if "demo" in f.parts or f.name == "probe.py":
+        # node_check runs inside the probe's Ray worker on each node (it may use Ray's own copy of pynvml there)
+        if "demo" in f.parts or f.name in ("probe.py", "node_check.py"):
             continue
         assert not any(m.split(".")[0] == "ray" for m in imports(f)), f
 
 
 def test_tui_path_does_not_import_ray_or_torch():
     code = ("import sys, verltop.cli, verltop.ui.app, verltop.ui.screens.main, verltop.ui.screens.stacks, "
-            "verltop.ui.screens.help, verltop.engine, verltop.engine.monitor, verltop.sources.stacks; "
+            "verltop.ui.screens.help, verltop.ui.screens.nodes, verltop.engine, verltop.engine.monitor, "
+            "verltop.engine.doctor, verltop.sources.stacks, verltop.sources.node_check; "
             "print(sorted(m for m in ('ray', 'torch', 'verl') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

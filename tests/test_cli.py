@@ -101,3 +101,15 @@ def test_dump_remote_ranks_with_profiling_off_report_errors(replay, tmp_path):
     assert len(doc["ranks"]) == 3 and all(r["error"] for r in doc["ranks"])
     assert "RAY_DASHBOARD_ENABLE_PROFILING" in doc["ranks"][0]["error"]
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
+
+
+def test_doctor_dashboard_down_is_one_line_exit_2():
+    p = run("--address", f"http://127.0.0.1:{free_port()}", "doctor", "--json")
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.count("\n") == 1 and "cannot list the cluster's nodes" in p.stderr and "not reachable" in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_doctor_help_names_its_options():
+    p = run("doctor", "--help")
+    assert p.returncode == 0 and "--path SHARED_DIR" in p.stdout and "--node-timeout" in p.stdout

@@ -1,4 +1,4 @@
-"""``verltop`` command line: the TUI (default), ``snapshot``, ``dump`` and ``demo``.
+"""``verltop`` command line: the TUI (default), ``snapshot``, ``dump``, ``doctor`` and ``demo``.
 
 Imports are deferred to the subcommand that needs them: ``verltop dump --json`` must start fast, and
 nothing on the TUI's path imports ray.
@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"verltop {__version__}")
     _shared(p, sub=False)
     p.add_argument("--record", metavar="FILE", help="record the TUI session into FILE (verltop replay FILE)")
-    sub = p.add_subparsers(dest="cmd", metavar="{tui,snapshot,dump,demo,watch,replay}")
+    sub = p.add_subparsers(dest="cmd", metavar="{tui,snapshot,dump,doctor,demo,watch,replay}")
 
     from verltop import cli_watch
 
@@ -112,6 +112,15 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--force", action="store_true", help="overwrite --output if it exists")
     d.add_argument("--no-logs", action="store_true", help="do not read NCCL watchdog lines from worker logs")
 
+    c = sub.add_parser("doctor", help="pre-flight check of every node: versions, GPUs, NCCL environment, disks, "
+                       "clocks, shared storage")
+    _shared(c)
+    c.add_argument("--json", action="store_true", help="JSON (the documented contract)")
+    c.add_argument("--path", metavar="SHARED_DIR",
+                   help="also check that this directory exists, is writable and is shared by every node")
+    c.add_argument("--node-timeout", type=_positive, default=30.0, metavar="S",
+                   help="give up on a node that has not answered after this many seconds (default 30)")
+
     m = sub.add_parser("demo", help="run a small verl job on a local Ray cluster that hangs on purpose")
     _shared(m)
     m.add_argument("--hang-after", type=int, default=3, metavar="N",
@@ -140,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_snapshot(args))
         if cmd == "dump":
             return asyncio.run(_dump(args, _prefetch(args)))
+        if cmd == "doctor":
+            return asyncio.run(_doctor(args))
         if cmd == "demo":
             return _demo(args)
         if cmd == "watch":
@@ -295,6 +306,44 @@ async def _dump(args: argparse.Namespace, prefetch: Any = None) -> int:
         print(f"verltop: error: no rank could be dumped: {first}", file=sys.stderr)
         return 1
     return 0
+
+
+async def _doctor(args: argparse.Namespace) -> int:
+    """Exit 0: the nodes agree and nothing is wrong; 1: a mismatch or a problem; 2: the check could not run."""
+    from verltop.engine.monitor import Monitor
+    from verltop.sources.config import resolve
+
+    iv, st = _settings(args)
+    mon = Monitor(resolve(args.address), iv, st, use_local=False, transport="stdlib")
+    path = os.path.abspath(os.path.expanduser(args.path)) if args.path else None
+    tty = sys.stderr.isatty() and not args.json
+
+    def progress(p: Any) -> None:
+        if not tty:
+            return
+        what = {"nodes": "listing nodes", "connect": "joining the Ray cluster",
+                "probe": f"probing nodes: {p.done}/{p.total} answered", "path": "checking the shared directory"}
+        if p.stage in what:
+            sys.stderr.write(f"\r\x1b[K{what[p.stage]}…")
+        elif p.stage in ("done", "failed"):
+            sys.stderr.write("\r\x1b[K")
+        sys.stderr.flush()
+
+    job = mon.doctor(path, args.node_timeout, progress)
+    try:
+        report = await job.run()
+    finally:
+        await mon.stop()
+    if report is None:
+        raise UserError(job.problem.text if job.problem else "the check could not run")
+    if args.json:
+        json.dump(report.to_json(), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        from verltop.text import doctor_text
+
+        print(doctor_text(report, color=sys.stdout.isatty() and "NO_COLOR" not in os.environ))
+    return 0 if report.ok else 1
 
 
 def _tui(args: argparse.Namespace, demo: Any = None) -> int:

@@ -6,7 +6,7 @@ from verltop import fmt
 from verltop.analysis.chains import chain_text, group_chains
 from verltop.analysis.collectives import calling_frame, collective_pending
 from verltop.analysis.merge import build_tree, compact_labels, rank_label, short_title, tree_text
-from verltop.model import DumpReport, ProcRow, RankDump, Snapshot, Suspect
+from verltop.model import DoctorReport, DumpReport, ProcRow, RankDump, Snapshot, Suspect
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
@@ -152,3 +152,57 @@ def full_stacks_text(r: DumpReport) -> str:
                 out.append(f"      {f.func} ({f.file}:{f.line})" if f.line else f"      {f.func} ({f.file})")
         out.append("")
     return "\n".join(out)
+
+
+DOCTOR_CELL_WIDTH = 32
+_ANSI = {"mismatch": ("\x1b[1;31m", "\x1b[0m"), "problem": ("\x1b[33m", "\x1b[0m")}
+_MARK = {"mismatch": " *", "problem": " !"}
+
+
+def doctor_text(r: DoctorReport, color: bool = False) -> str:
+    """The doctor's table (a column per node, a row per check; values that differ from the majority in red,
+    or marked ``*`` without colour; ``!`` a value over its limit), then mismatches and problems with fixes."""
+    from verltop.analysis.doctor import cell_marks, summary_text, value_text
+
+    marks = cell_marks(r)
+
+    def cell(check: str, label: str, v: object) -> tuple[str, str | None]:
+        t = value_text(check, v)  # type: ignore[arg-type]
+        if len(t) > DOCTOR_CELL_WIDTH:
+            t = t[:DOCTOR_CELL_WIDTH - 1] + "…"
+        m = marks.get((check, label))
+        return (t if color or m is None else t + _MARK[m]), m
+
+    header = [["CHECK", *(n.label for n in r.nodes)],
+              ["", *((n.hostname or "-") + (" (head)" if n.is_head else "") for n in r.nodes)]]
+    rows = [[(c, None), *(cell(c, n.label, n.get(c)) for n in r.nodes)] for c in r.checks]
+    widths = [max(len(x) for x in col) for col in zip(*(h for h in header), *([t for t, _ in row] for row in rows),
+                                                      strict=True)]
+
+    def line(cells: list[tuple[str, str | None]]) -> str:
+        out = []
+        for (t, m), w in zip(cells, widths, strict=True):
+            pad = t.ljust(w)
+            out.append(f"{_ANSI[m][0]}{pad}{_ANSI[m][1]}" if color and m else pad)
+        return "  ".join(out).rstrip()
+
+    lines = [f"verltop doctor: {summary_text(r)}" + (f"  (shared directory {r.path})" if r.path else ""), ""]
+    lines += [line([(t, None) for t in h]) for h in header]
+    lines += [line(row) for row in rows]
+    if not color and marks:
+        lines.append("* differs from the majority   ! a problem (below)")
+    if r.mismatches:
+        lines += ["", f"MISMATCHES ({len(r.mismatches)})"]
+        for m in r.mismatches:
+            lines.append(f"  - {m.problem.message}")
+            if m.problem.remedy:
+                lines.append(f"    fix: {m.problem.remedy}")
+    if r.problems:
+        lines += ["", f"PROBLEMS ({len(r.problems)})"]
+        for p in r.problems:
+            lines.append(f"  - {p.problem.message}")
+            if p.problem.remedy:
+                lines.append(f"    fix: {p.problem.remedy}")
+    for n in r.notes:
+        lines.append(f"note: {n}")
+    return "\n".join(lines)

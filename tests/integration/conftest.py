@@ -402,11 +402,12 @@ def scenario_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scena
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Modules on the scenario cluster run before the other modules here (the demo's): one cluster at a
-    time on 2 cores. Only whole modules move; the order inside a module is kept."""
+    """Modules on a cluster of their own (the scenario cluster, the doctor's...) run before the other modules
+    here (the demo's): one cluster at a time on 2 cores. Only whole modules move; the order inside a module is
+    kept."""
     here = [i for i, it in enumerate(items) if Path(str(it.path)).parent == HERE]
-    # modules with a cluster of their own (scenario, chains, test_pending_live's pending) go first too
-    own = {"scenario_cluster", "chains_cluster", "pending_cluster"}
+    # modules with a cluster of their own (scenario, chains, test_pending_live's pending, the doctor's) go first
+    own = {"scenario_cluster", "chains_cluster", "pending_cluster", "doctor_cluster"}
     users = {it.path for it in items if own & set(getattr(it, "fixturenames", ()))}
     moved = sorted((items[i] for i in here), key=lambda it: it.path not in users)
     for i, it in zip(here, moved, strict=True):

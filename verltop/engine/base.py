@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 from verltop.model import DumpReport, Problem, Snapshot
 
 if TYPE_CHECKING:
+    from verltop.engine.doctor import DoctorJob
+    from verltop.engine.doctor import ProgressFn as DoctorProgressFn
     from verltop.engine.dumps import DumpJob, ProgressFn
     from verltop.sources.pyspy import DumpOptions
 
@@ -106,3 +108,9 @@ class Engine(ABC):
     @abstractmethod
     async def log_tail(self, actor_id: str, stream: str = "err", lines: int = 200) -> tuple[str | None, Problem | None]:
         """The last lines of an actor's stdout (``out``) or stderr (``err``), or why not."""
+
+    def doctor(self, path: str | None = None, node_timeout_s: float = 30.0,
+               on_progress: DoctorProgressFn | None = None) -> DoctorJob | None:
+        """A check of every node (versions, GPUs, NCCL environment, disks, clocks, ``path``), ready to
+        ``run()``; ``None`` where this engine cannot run one (a recording)."""
+        return None

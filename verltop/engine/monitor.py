@@ -22,6 +22,8 @@ from verltop.analysis.view import ClusterData, build_snapshot, group_key, runnin
 from verltop.convert import one_line
 from verltop.engine import nccl_ras
 from verltop.engine.base import Engine
+from verltop.engine.doctor import DoctorJob
+from verltop.engine.doctor import ProgressFn as DoctorProgressFn
 from verltop.engine.dumps import DumpJob, DumpProgress, ProgressFn
 from verltop.engine.pending import PendingWatch
 from verltop.engine.trees import RemoteTrees
@@ -249,6 +251,10 @@ class Monitor(Engine):
                        use_logs=use_logs, refresh_rows=refresh_rows, clock=self.clock, nodes=snap.nodes,
                        drivers=group is None, ras_addrs=self.ras_addresses(snap.actors) if self.use_local else [],
                        pending=snap.pending, native_ids=native_ids)
+
+    def doctor(self, path: str | None = None, node_timeout_s: float = 30.0,
+               on_progress: DoctorProgressFn | None = None) -> DoctorJob:
+        return DoctorJob(self.client, path, node_timeout_s, on_progress, clock=self.clock)
 
     async def log_tail(self, actor_id: str, stream: str = "err", lines: int = 200) -> tuple[str | None, Problem | None]:
         r = await D.fetch_log_tail(self.client, actor_id, stream, lines)

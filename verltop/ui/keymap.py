@@ -19,6 +19,8 @@ MAIN = [
     Binding("s", "sort", "Sort", tooltip="sort within groups: rank → GPU → CPU → memory → task age", id="sort"),
     Binding("g", "group", "Group", tooltip="group rows by worker group → role → node", id="group"),
     Binding("p", "pause", "Pause", tooltip="freeze the display (polling goes on)", id="pause"),
+    Binding("n", "nodes", "Nodes", show=False, tooltip="every node side by side: versions, GPUs, NCCL "
+            "environment, disks, clocks (verltop doctor); differences in red", id="nodes"),
     Binding("l", "details", "Log", show=False, tooltip="details and log tail of the selected actor", id="log"),
     Binding("j", "cursor_down", "Down", show=False, tooltip="move down", id="down"),
     Binding("k", "cursor_up", "Up", show=False, tooltip="move up", id="up"),
@@ -74,6 +76,15 @@ STACKS = [
     Binding("k", "up", "Up", show=False, tooltip="move up", id="up"),
 ]
 
+NODES = [
+    Binding("escape", "back", "Back / cancel", tooltip="cancel a running check (removes the probes) / back",
+            id="back"),
+    Binding("r", "again", "Check again", tooltip="run the check again", id="doctor-again"),
+    Binding("q", "back", "Back", show=False, tooltip="back", id="back-q"),
+    Binding("j", "down", "Down", show=False, tooltip="move down", id="down"),
+    Binding("k", "up", "Up", show=False, tooltip="move up", id="up"),
+]
+
 DETAILS = [
     Binding("escape", "app.pop_screen", "Back", tooltip="back", id="back"),
     Binding("r", "reload", "Reload log", tooltip="read the log again", id="reload-log"),
@@ -107,5 +118,6 @@ SECTIONS = (
     ("A rank's full stack (Enter on the stack screen)", RANK_STACK),
     ("Details (Enter or l on an actor)", DETAILS),
     ("A pending placement group or task (Enter on its line)", PENDING),
+    ("Nodes view (n): every node's checks side by side", NODES),
     ("This help", HELP),
 )

@@ -301,6 +301,10 @@ class MainScreen(Screen):
             return
         self.message("demo: hang requested — TP worker 1 of vllm_server_0_0 will stop loading weights at the "
                      "next weight sync (its processes are under the server's row: t opens or closes them)")
+    def action_nodes(self) -> None:
+        from verltop.ui.screens.nodes import NodesScreen
+
+        self.app.push_screen(NodesScreen())
 
     def action_inject_hang(self) -> None:
         demo = self.app.demo
