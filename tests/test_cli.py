@@ -45,7 +45,7 @@ def test_snapshot_json_contract(replay):
 
 
 def test_snapshot_stall_after_applies(replay):
-    doc = json.loads(run("--address", replay.url, "snapshot", "--json", "--no-local", "--stall-after", "99999").stdout)
+    doc = json.loads(run("--address", replay.url, "snapshot", "--json", "--no-local", "--stall-after", "999999999").stdout)
     assert not any(a["stalled"] for a in doc["actors"])
     doc = json.loads(run("--address", replay.url, "snapshot", "--json", "--no-local", "--stall-after", "60").stdout)
     assert all(a["stalled"] for a in doc["actors"] if a["worker_group"])

@@ -408,8 +408,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     here = [i for i, it in enumerate(items) if Path(str(it.path)).parent == HERE]
     # modules with a cluster of their own (scenario, chains, test_pending_live's pending, the doctor's) go first
     own = {"scenario_cluster", "chains_cluster", "pending_cluster", "doctor_cluster"}
-    users = {it.path for it in items if own & set(getattr(it, "fixturenames", ()))}
-    moved = sorted((items[i] for i in here), key=lambda it: it.path not in users)
+    cluster_of: dict[Path, str] = {}
+    for it in items:
+        for name in sorted(own & set(getattr(it, "fixturenames", ()))):
+            cluster_of.setdefault(Path(str(it.path)), name)
+    # the modules of one cluster run back to back: the scenario cluster stops after its last user, so a
+    # module of another cluster between two of its users would find it stopped
+    moved = sorted((items[i] for i in here),
+                   key=lambda it: (Path(str(it.path)) not in cluster_of, cluster_of.get(Path(str(it.path)), "")))
     for i, it in zip(here, moved, strict=True):
         items[i] = it
 

@@ -201,8 +201,12 @@ async def test_pool_placed_once_the_other_job_releases(pending_cluster: PendingC
         assert any(k.startswith("grp:group:holdwg") for k in t.keys)
         c.cmd("release")
         await wait(lambda: key not in t.keys, 30, "the pending line to go")
-        rows = await wait(lambda: [a for a in (app.snapshot.actors if app.snapshot else ())
-                                   if a.worker_group == "job2wg" and a.state == "ALIVE"], 60, "job 2's workers")
-        assert len(rows) == 2 and all(r.actor_id in t.keys for r in rows)
+        def job2_alive() -> list[Any]:
+            return [a for a in (app.snapshot.actors if app.snapshot else ())
+                    if a.worker_group == "job2wg" and a.state == "ALIVE"]
+
+        # the two workers come up one poll apart at times: wait for both, then for their rows
+        rows = await wait(lambda: len(job2_alive()) == 2 and job2_alive(), 60, "both of job 2's workers")
+        await wait(lambda: all(r.actor_id in t.keys for r in rows), 10, "job 2's rows on screen")
         assert c.cmd("wait_job2")["ready"]
         await pilot.press("q")
