@@ -17,6 +17,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import psutil
 import pytest
@@ -285,6 +286,38 @@ def test_probe_on_a_frozen_node_times_out_with_its_reason(live):
         live.send("cont_raylet")
     assert err == "probe actor could not be scheduled on that node (no answer)"
     assert dt < 4.0 + 2 + 3
+
+
+def test_ras_read_on_another_node_through_a_probe(live):
+    """RAS is job-wide: with no rank on this machine, a dump asks it on a node of ranks, through a probe there
+    (a real probe actor on the second raylet; the RAS listener serves a real H200 capture, since NCCL cannot
+    run on CPU)."""
+    import subprocess
+
+    from tests.ras_server import RasServer
+
+    body = (Path(__file__).parents[1] / "fixtures" / "ras" / "run3" / "straggler_hang_status_json.out").read_text()
+    code = (
+        "import asyncio, json, sys\n"
+        "from verltop.analysis.ras import findings\n"
+        "from verltop.engine import nccl_ras\n"
+        "from verltop.sources.probe import ProbePool\n"
+        "from verltop.sources.pyspy import DumpOptions\n"
+        "async def main():\n"
+        "    pool = ProbePool(DumpOptions(timeout_s=2), schedule_timeout_s=15)\n"
+        f"    rep, probs = await nccl_ras.read_remote(pool.call, [({live.nodes['second']!r}, [('127.0.0.1', PORT)])])\n"
+        "    await pool.close()\n"
+        "    print(json.dumps([[f.text for f in findings(rep)] if rep else None, [p.text for p in probs]]))\n"
+        "asyncio.run(main())\n"
+    )
+    with RasServer({"json": body[body.index("{"):], "text": "unused"}) as srv:
+        p = subprocess.run([sys.executable, "-c", code.replace("PORT", str(srv.port))], capture_output=True,
+                           text=True, timeout=120, env={**live.env(), "RAY_ADDRESS": live.info["gcs"]})
+        assert p.returncode == 0, p.stderr[-2000:]
+        found, probs = json.loads(p.stdout.strip().splitlines()[-1])
+        assert srv.queries >= 1 and probs == []
+    assert found == ["NCCL RAS, communicator a5ed3c6f… (2 ranks): rank 1 (pid 1835 on 192.0.2.2) issued 4 "
+                     "AllReduce, its peers 5 — it never reached all_reduce #5"]
 
 
 async def test_actor_dies_mid_dump(live):

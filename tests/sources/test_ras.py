@@ -16,7 +16,7 @@ from tests.ras_server import RasServer, captured
 from verltop.analysis import ras as RAS
 from verltop.analysis.dump import analyse
 from verltop.engine import nccl_ras
-from verltop.model import ProcessDump
+from verltop.model import Problem, ProcessDump
 from verltop.sources import ras
 from verltop.sources.pyspy import parse_json
 
@@ -273,3 +273,54 @@ def test_run3_straggler_behind_names_the_collective_it_never_reached():
     (f,) = RAS.findings(report("straggler_hang_status_json.out", RUN3))
     assert (f.rank, f.pid, f.op, f.count, f.peers_count) == (1, 1835, "AllReduce", 4, 5)
     assert f.text.endswith("issued 4 AllReduce, its peers 5 — it never reached all_reduce #5")
+
+
+# ---------------------------------------------------------------- RAS on another node (through a probe)
+
+def test_the_probe_side_conversation_against_a_real_listener():
+    """``ras_remote.status`` (what a probe runs on another node: stdlib only) speaks the same protocol."""
+    from verltop.sources import ras_remote
+
+    body = (RUN3 / "straggler_hang_status_json.out").read_text()
+    with RasServer({"json": body[body.index("{"):], "text": "unused"}) as srv:
+        got, err = ras_remote.status("127.0.0.1", srv.port, 5.0)
+    assert err is None and kinds(ras.parse(got)[0]) == [("behind", 1, 1835)]
+    got, err = ras_remote.status("127.0.0.1", _free_port(), 1.0)
+    assert got is None and err.startswith("no NCCL RAS service at 127.0.0.1:")
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_remote_nodes_prefer_the_node_with_most_nccl_ranks():
+    from verltop.model import Node
+
+    rows = [replace(row(f"a{k}", rank=k, pid=100 + k), node_id=n, gpu_index=None)
+            for k, n in enumerate(["here", "n2", "n3", "n3"])]
+    rows.append(replace(row("x", group=None, rank=None), node_id="n2"))  # not a rank: never counts
+    gpu = (Node("n3", "10.0.0.3", None, gpus=(object(),)),  # type: ignore[arg-type]
+           Node("n2", "10.0.0.2", None, gpus=(object(),)))  # type: ignore[arg-type]
+    got = nccl_ras.remote_nodes(rows, frozenset({"here"}), gpu)
+    assert got == [("n3", [("127.0.0.1", 28028)]), ("n2", [("127.0.0.1", 28028)])]
+    assert nccl_ras.remote_nodes(rows, frozenset({"here"}), ()) == []  # no GPU, no NCCL_RAS_ADDR: no RAS
+
+
+async def test_read_remote_tries_the_next_node_and_says_why():
+    calls = []
+
+    async def call(node_id, timeout_s, fn, *args):
+        calls.append(node_id)
+        if node_id == "n1":
+            return None, Problem("probe", "cannot start a probe: ray.init failed")
+        body = (RUN3 / "mismatch_hang_status_json.out").read_text()
+        return (body, None), None
+
+    rep, probs = await nccl_ras.read_remote(call, [("n1", [("127.0.0.1", 1)]), ("n2", [("127.0.0.1", 2)])])
+    assert calls == ["n1", "n2"] and probs == [] and [f.kind for f in RAS.findings(rep)] == ["mismatch"] * 2
+    rep, probs = await nccl_ras.read_remote(call, [("n1", [("127.0.0.1", 1)])])
+    assert rep is None and probs[0].text.startswith("NCCL RAS on node n1: cannot start a probe")

@@ -169,6 +169,7 @@ class DumpJob:
                 self._emit("stacks", count[0], rd)
 
             self._emit("stacks")
+            asked_remote = False
             # RAS first: it answers in a millisecond, and what it says is the state the stacks are taken in
             self.ras, ras_problems = await nccl_ras.read(self.ras_addrs)
             native = [a for a in self.targets if a.actor_id in self.native_ids] if not self.opts.native else []
@@ -183,6 +184,17 @@ class DumpJob:
             else:
                 samples = await cap.capture([*self.targets, *procs], progress)
             self.samples = samples
+            if self.ras is None and self.opts.via in ("auto", "probe"):
+                # nothing answered on this machine: RAS is job-wide, so a node of NCCL ranks can answer for all
+                remote = nccl_ras.remote_nodes(self.targets, self.local_node_ids, self.nodes)
+                if remote:
+                    if cap.probe is None:
+                        from verltop.sources.probe import ProbePool  # imports ray: only here
+
+                        cap.probe = ProbePool(self.opts, self.probe_address)
+                    self.ras, more = await nccl_ras.read_remote(cap.probe.call, remote)
+                    ras_problems += more
+                    asked_remote = bool(more)
             self._emit("evidence", self.total)
             if self.refresh_rows is not None:
                 # the rows as they are now (tasks, role names, GPU figures read while the stacks were taken);
@@ -201,7 +213,7 @@ class DumpJob:
             if cap.probe is not None:  # started to list children even if no stack was taken
                 await cap.probe.close()
         if self.ras is None:  # asked where ranks said it listens, and nobody answered
-            ev_notes += [p.text for p in ras_problems if any(a.ras_addr for a in self.targets)]
+            ev_notes += [p.text for p in ras_problems if asked_remote or any(a.ras_addr for a in self.targets)]
         self.notes = tuple(dict.fromkeys((*cap.notes, *ev_notes)))
         self.report = self._analyse()
         self.elapsed_s = time.perf_counter() - self.started

@@ -4,9 +4,11 @@ whole job; several jobs or meshes on a node listen on their own ``NCCL_RAS_ADDR`
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
-from verltop.model import ActorRow, Problem, RasReport
-from verltop.sources import ras
+from verltop.model import ActorRow, Node, Problem, RasReport
+from verltop.sources import ras, ras_remote
 
 
 def addresses(actors: tuple[ActorRow, ...] | list[ActorRow], local_node_ids: frozenset[str],
@@ -39,3 +41,45 @@ async def read(addrs: list[tuple[str, int]], timeout_s: float = 5.0) -> tuple[Ra
         procs.update(dict.fromkeys(r.missing_processes))
     first = reports[0]
     return RasReport(first.nccl_version, tuple(comms.values()), tuple(procs), first.source), problems  # type: ignore[arg-type]
+
+
+def remote_nodes(actors: Sequence[ActorRow], local_node_ids: frozenset[str], nodes: Sequence[Node] = (),
+                 explicit: tuple[str, ...] = ()) -> list[tuple[str, list[tuple[str, int]]]]:
+    """Other nodes whose RAS could answer for the job, most NCCL-capable ranks first: ``(node id, the RAS
+    addresses its ranks use)``. A rank counts when it holds a GPU, names ``NCCL_RAS_ADDR``, or belongs to a
+    worker group on a node with GPUs (RAS is job-wide: any one of its processes answers for all)."""
+    gpu_nodes = {n.node_id for n in nodes if n.gpus}
+    by_node: dict[str, list[ActorRow]] = {}
+    for a in actors:
+        if (a.node_id and a.node_id not in local_node_ids and a.state == "ALIVE" and a.worker_group
+                and (a.gpu_index is not None or a.ras_addr or a.node_id in gpu_nodes)):
+            by_node.setdefault(a.node_id, []).append(a)
+    out = []
+    for node_id, rs in sorted(by_node.items(), key=lambda kv: -len(kv[1])):
+        addrs = sorted({ras.parse_addr(x) for x in explicit} or {ras.parse_addr(a.ras_addr) for a in rs})
+        out.append((node_id, addrs))
+    return out
+
+
+
+async def read_remote(call: Callable[..., Awaitable[tuple[Any, Problem | None]]],
+                      candidates: list[tuple[str, list[tuple[str, int]]]], timeout_s: float = 5.0,
+                      max_nodes: int = 2) -> tuple[RasReport | None, list[Problem]]:
+    """RAS asked on other nodes through ``call(node_id, timeout_s, fn, *args)`` (a probe), one node at a time
+    until one answers (its answer covers the job); at most ``max_nodes`` tried."""
+    problems: list[Problem] = []
+    for node_id, addrs in candidates[:max_nodes]:
+        for host, port in addrs:
+            got, problem = await call(node_id, timeout_s + 2, ras_remote.status, host, port, timeout_s)
+            if problem is not None:
+                problems.append(problem.with_message(f"NCCL RAS on node {node_id[:8]}: {problem.message}"))
+                break  # the probe itself failed there: the next node
+            body, err = got
+            if body is None:
+                problems.append(Problem("ras_unreachable", f"{err} ({node_id[:8]})", ras.ARM))
+                continue
+            report, perr = ras.parse(body)
+            if report is not None:
+                return report, []
+            problems.append(Problem("ras_protocol", f"NCCL RAS on node {node_id[:8]}: {perr}"))
+    return None, problems

@@ -324,6 +324,20 @@ class ProbePool:
             return failed(f"probe failed: {one_line(e, 160)}")
         return tree_from_plain(plain, roots, node_id)
 
+    async def call(self, node_id: str, timeout_s: float, fn: Any, *args: Any) -> tuple[Any, Problem | None]:
+        """``fn(*args)`` on that node through its probe (``fn`` shipped by value): ``(value, None)`` or
+        ``(None, why)``."""
+        try:
+            actor = await self._actor(node_id)
+        except RuntimeError as e:
+            return None, Problem("probe", str(e))
+        _ship_by_value(fn)
+        ref = actor.call.remote(fn, *args)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(ref.future()), timeout_s + self.schedule_timeout_s), None
+        except Exception as e:  # noqa: BLE001 - timeout, actor died, node left, the function raised
+            return None, Problem("probe", f"probe failed: {one_line(e, 160) or e.__class__.__name__}")
+
     async def descendants(self, node_id: str, pids: list[int], limit: int = 64
                           ) -> dict[int, list[tuple[int, int, str]]] | Problem:
         """The descendant processes of ``pids`` on that node, through its probe."""
