@@ -13,7 +13,9 @@ from typing import Any, NamedTuple
 from verltop import fmt
 
 # The verl step phases in step order (the one definition: roles, the header and the timeline use it).
-PHASES = ("gen", "reward", "old_log_prob", "ref", "values", "update_critic", "update_actor", "weight_sync")
+# "other" is the part of a step that no worker-group call covers (driver work: advantages, data loading).
+PHASES = ("gen", "reward", "old_log_prob", "ref", "values", "update_critic", "update_actor", "weight_sync", "save",
+          "other")
 
 
 # ---------------------------------------------------------------- problems (errors as data)
@@ -97,6 +99,7 @@ class Gpu:
     uuid: str | None = None
     # pid -> (gpu memory bytes or None, sm util percent or None)
     processes: tuple[tuple[int, int | None, float | None], ...] = ()
+    power_w: float | None = None  # board power draw (NVML, or the dashboard's powerMw)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +127,10 @@ class Node:
     # age of the node agent's own data (its `now` field), seconds; None when unknown
     stats_age_s: float | None = None
     procs: tuple[ProcStat, ...] = ()
+    # Ray's object store on the node (raylet stats, refreshed every 15 s); spilled is cumulative
+    object_store_used_bytes: int | None = None
+    object_store_total_bytes: int | None = None
+    object_store_spilled_bytes: int | None = None
 
 
 # ---------------------------------------------------------------- analysed rows
@@ -198,6 +205,14 @@ class ActorRow:
     fr_dump_prefix: str | None = None
     fr_pipe_prefix: str | None = None
     task_start_s: float | None = None  # lets a view tick ages without a new snapshot
+    num_restarts: int | None = None
+    gpu_power_w: float | None = None
+    # memory forensics (analysis/trends.py): high-water marks since first seen, growth over the trend ring
+    gpu_mem_peak_bytes: int | None = None
+    rss_peak_bytes: int | None = None
+    gpu_mem_growth_bytes_per_min: float | None = None
+    rss_growth_bytes_per_min: float | None = None
+    trend: str | None = None  # a sparkline of the actor's memory (GPU memory if it has a GPU, else RSS)
 
     def running_s(self, now: float) -> float | None:
         """Task age at ``now`` (the table ticks every second between snapshots)."""
@@ -236,6 +251,12 @@ class ActorRow:
             "stalled": self.stalled,
             "stall_reason": self.stall_reason,
             "stalls": [st.to_json() for st in self.stalls],
+            "num_restarts": self.num_restarts,
+            "gpu_power_w": self.gpu_power_w,
+            "gpu_mem_peak_bytes": self.gpu_mem_peak_bytes,
+            "rss_peak_bytes": self.rss_peak_bytes,
+            "gpu_mem_growth_bytes_per_min": _round(self.gpu_mem_growth_bytes_per_min),
+            "rss_growth_bytes_per_min": _round(self.rss_growth_bytes_per_min),
         }
 
 
@@ -265,6 +286,8 @@ class Snapshot:
     progress_s: float | None = None
     truncated: str | None = None
     gpu_note: str | None = None  # why this machine's GPUs are not read (no NVML), if so
+    steps: tuple[Step, ...] = ()  # the last training steps, oldest first; the last may be running
+    work: tuple[GroupWork, ...] = ()  # pending and retried tasks per worker group
 
     @property
     def age_s(self) -> float | None:
@@ -286,6 +309,7 @@ class Snapshot:
             "nodes": [node_json(n) for n in self.nodes],
             "actors": [a.to_json() for a in self.actors],
             "phase": self.phase,
+            "steps": [st.to_json() for st in self.steps],
         }
 
 
@@ -304,9 +328,13 @@ def node_json(n: Node) -> dict[str, Any]:
                 "util_percent": g.util_percent,
                 "mem_used_bytes": g.mem_used_bytes,
                 "mem_total_bytes": g.mem_total_bytes,
+                "power_w": g.power_w,
             }
             for g in n.gpus
         ],
+        "object_store_used_bytes": n.object_store_used_bytes,
+        "object_store_total_bytes": n.object_store_total_bytes,
+        "object_store_spilled_bytes": n.object_store_spilled_bytes,
     }
 
 
@@ -497,6 +525,71 @@ class FrRank:
     last_enqueued: int | None
     last_completed: int | None
     entries: tuple[FrEntry, ...]
+
+
+# ---------------------------------------------------------------- steps (the timeline)
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseRun:
+    """One phase of one step: a worker-group call (every rank's run of one method), or several calls of the
+    same phase. ``skew_s`` is the arrival skew across ranks: from the first rank to finish to the last (to
+    ``now`` while some ranks finished and others still run); ``late_rank`` is the last one (or the one still
+    running)."""
+
+    phase: str
+    group: str
+    method: str
+    start_s: float
+    end_s: float | None  # None while running
+    ranks: int  # runs seen (one per rank)
+    running: int = 0  # of them still running
+    skew_s: float | None = None
+    late_rank: int | None = None
+    late_actor_id: str | None = None
+    exact: bool = False  # times from Ray's task events, not from what the polls saw
+
+    def duration_s(self, now: float) -> float:
+        return max(0.0, (self.end_s if self.end_s is not None else now) - self.start_s)
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One training step: its phases in the order they began. ``duration_s`` is None while it runs (its
+    length so far is ``now - started_at``). ``phases`` and ``skew_s`` hold a value for every phase of
+    ``PHASES`` that ran in the step (seconds covered, overlaps counted once; ``other``: the rest)."""
+
+    index: int
+    started_at: float
+    duration_s: float | None
+    runs: tuple[PhaseRun, ...]
+    phases: tuple[tuple[str, float], ...]
+    skew_s: tuple[tuple[str, float], ...] = ()
+    exact: bool = False  # every run's times came from Ray's task events
+
+    @property
+    def running(self) -> bool:
+        return self.duration_s is None
+
+    def phase_s(self, phase: str) -> float | None:
+        return next((v for k, v in self.phases if k == phase), None)
+
+    def to_json(self) -> dict[str, Any]:
+        ph, sk = dict(self.phases), dict(self.skew_s)
+        return {"index": self.index, "started_at": round(self.started_at, 3), "duration_s": _round(self.duration_s),
+                "phases": {p: _round(ph.get(p)) for p in PHASES},
+                "skew_s": {p: _round(sk.get(p)) for p in PHASES if p != "other"}}
+
+
+@dataclass(frozen=True, slots=True)
+class GroupWork:
+    """Work waiting in a worker group: pending tasks (submitted, not running yet) and retries (attempts past
+    the first, running, pending or failed), and the actors that restarted."""
+
+    group: str
+    pending: int = 0
+    retries: int = 0
+    restarts: int = 0  # sum of num_restarts over its actors
 
 
 def _round(v: float | None) -> float | None:

@@ -162,6 +162,8 @@ def build_snapshot(
             fr_dump_prefix=ident.fr_dump_prefix,
             fr_pipe_prefix=ident.fr_pipe_prefix,
             task_start_s=start_s,
+            num_restarts=a.num_restarts,
+            gpu_power_w=gpu.power_w if gpu else None,
         )
         if role not in _NO_STALL_ROLES or not alive:
             view = TaskView(

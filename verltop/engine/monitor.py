@@ -413,7 +413,10 @@ class Monitor(Engine):
             if s is not None:
                 n = Node(node_id=n.node_id, ip=n.ip or s.ip, hostname=s.hostname or n.hostname, state=n.state,
                          is_head=n.is_head, cpu_percent=s.cpu_percent, mem_used_bytes=s.mem_used_bytes,
-                         mem_total_bytes=s.mem_total_bytes, gpus=s.gpus, stats_age_s=s.stats_age_s)
+                         mem_total_bytes=s.mem_total_bytes, gpus=s.gpus, stats_age_s=s.stats_age_s,
+                         object_store_used_bytes=s.object_store_used_bytes,
+                         object_store_total_bytes=s.object_store_total_bytes,
+                         object_store_spilled_bytes=s.object_store_spilled_bytes)
             merged.append(n)
         self._record(self.src.nodes, D.Result(merged, None, ident.taken_at, ident.elapsed_s))
         if not summary.ok and summary.error is not None:
@@ -561,4 +564,11 @@ def _with_detail(n: Node, d: Node) -> Node:
     """A node's identity with the stats of its (fresher) /nodes/{id} read."""
     return replace(n, cpu_percent=d.cpu_percent if d.cpu_percent is not None else n.cpu_percent,
                    mem_used_bytes=d.mem_used_bytes or n.mem_used_bytes, mem_total_bytes=d.mem_total_bytes or n.mem_total_bytes,
-                   gpus=d.gpus or n.gpus, stats_age_s=d.stats_age_s, procs=d.procs)
+                   gpus=d.gpus or n.gpus, stats_age_s=d.stats_age_s, procs=d.procs,
+                   object_store_used_bytes=_first(d.object_store_used_bytes, n.object_store_used_bytes),
+                   object_store_total_bytes=_first(d.object_store_total_bytes, n.object_store_total_bytes),
+                   object_store_spilled_bytes=_first(d.object_store_spilled_bytes, n.object_store_spilled_bytes))
+
+
+def _first(a: int | None, b: int | None) -> int | None:
+    return a if a is not None else b
