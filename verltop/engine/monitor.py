@@ -22,6 +22,7 @@ from verltop.analysis.view import ClusterData, build_snapshot, group_key, runnin
 from verltop.convert import one_line
 from verltop.engine.base import Engine
 from verltop.engine.dumps import DumpJob, ProgressFn
+from verltop.engine.timeline import Timeline, TrendStore, Work
 from verltop.model import ActorRow, Node, Problem, ProcStat, RawActor, RawTask, Snapshot, SourceStatus
 from verltop.sources import dashboard as D
 from verltop.sources.config import Endpoint
@@ -46,6 +47,7 @@ class Intervals:
     local_s: float = 1.0
     timeout_s: float = 10.0
     max_node_details: int = 8  # remote /nodes/{id} calls per cycle
+    pending_s: float = 5.0  # tasks waiting to run (per group, with retries)
 
     @classmethod
     def every(cls, interval_s: float, timeout_s: float = 10.0) -> Intervals:
@@ -92,6 +94,7 @@ class Monitor(Engine):
         use_nvml: bool = True,
         transport: str = "aiohttp",
         clock: Callable[[], float] = time.time,
+        timeline: bool = True,
     ) -> None:
         super().__init__(clock)
         self.endpoint = endpoint
@@ -126,6 +129,10 @@ class Monitor(Engine):
         self._last_build = 0.0
         self.snapshots_built = 0
         self.last_build_ms = 0.0
+        self.timeline = Timeline(self.client, self.iv.timeout_s, enabled=timeline)
+        self.trends = TrendStore()
+        self.work = Work()
+        self.pending: list[RawTask] = []
 
     # ---------------------------------------------------------- Engine
 
@@ -154,6 +161,7 @@ class Monitor(Engine):
             (self._poll_tasks, lambda: self.iv.tasks_s, self.src.tasks),
             (self._poll_nodes, lambda: self.iv.nodes_s, self.src.nodes),
             (self._poll_node_details, lambda: self.iv.node_detail_s, None),
+            (self._poll_pending, lambda: self.iv.pending_s, None),
         ]
         if self.use_local:
             loop_specs.append((self._poll_local, lambda: self.iv.local_s, self.src.local))
@@ -169,6 +177,7 @@ class Monitor(Engine):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         self._tasks.clear()
+        await self.timeline.stop()
         await self.client.close()
         if self.sampler:
             await asyncio.to_thread(self.sampler.close)
@@ -251,7 +260,7 @@ class Monitor(Engine):
         """Every source once, concurrently (``verltop snapshot``; ``dump`` skips the per-worker CPU/RSS of
         ``node_details``, which it does not show). With ``cpu_window_s``, local processes are sampled twice
         that far apart, so CPU % measures something."""
-        jobs = [self._poll_actors(), self._poll_tasks(), self._poll_nodes()]
+        jobs = [self._poll_actors(), self._poll_tasks(), self._poll_nodes(), self._poll_pending()]
         if seed:
             jobs.append(self._seed_history())
         await asyncio.gather(*jobs)
@@ -296,6 +305,7 @@ class Monitor(Engine):
                          t.start_time_ms / 1000, t.end_time_ms / 1000))
         await self._hist_ready()
         self.hist.seed(rows)
+        self.timeline.add_finished(r.value, actors)
         self.seeded = True
         self._dirty.set()
 
@@ -368,6 +378,8 @@ class Monitor(Engine):
         if r.unchanged and not detailed:
             self.src.tasks.value = list(self._task_objs.values())
             self._last_task_poll = r.taken_at
+            await self._hist_ready()
+            self.timeline.tracker.polled(r.taken_at)  # nothing started or ended up to now
             return
         rows = r.value or []
         if detailed:
@@ -398,6 +410,23 @@ class Monitor(Engine):
         actors = {a.actor_id: a for a in (self.src.actors.value or [])}
         await self._hist_ready()
         self.hist.observe(running_task_rows(tuple(fixed), actors), r.taken_at, complete=r.truncated is None)
+        self.timeline.observe(fixed, actors, r.taken_at, complete=r.truncated is None)
+        self.work.note(fixed, actors)
+        self.timeline.maybe_refine(self._actor_map, self._hist_ready)
+
+    def _actor_map(self) -> dict[str, RawActor]:
+        return {a.actor_id: a for a in (self.src.actors.value or [])}
+
+    async def _poll_pending(self) -> None:
+        """Tasks submitted and not yet running (their count per group; retries among them)."""
+        r = await D.fetch_pending_tasks(self.client, self.iv.timeout_s)
+        if not r.ok:
+            return  # the running-task poll reports the dashboard's problems; this one only adds detail
+        if r.unchanged:
+            return
+        self.pending = r.value or []
+        self.work.note(self.pending, self._actor_map())
+        self._dirty.set()
 
     async def _poll_nodes(self) -> None:
         ident, summary = await asyncio.gather(
@@ -538,16 +567,28 @@ class Monitor(Engine):
         data = self.data(now)
         self._hist_free.clear()
         try:
-            return await asyncio.to_thread(build_snapshot, data, self.hist, now, self.stall)
+            return await asyncio.to_thread(self._build, data, now)
         finally:
             self._hist_free.set()
+
+    def _build(self, data: ClusterData, now: float) -> Snapshot:
+        """The joined view, with the step timeline, the trends' marks and the pending work."""
+        snap = build_snapshot(data, self.hist, now, self.stall)
+        self.trends.record(snap.actors, now)
+        actors = {a.actor_id: a for a in data.actors}
+        return replace(snap, steps=self.timeline.steps(now, snap.actors),
+                       work=self.work.summary(self.pending, actors, snap.actors))
+
+    def trend(self, actor_id: str, now: float | None = None) -> Any:
+        """The actor's trend rings (``analysis.trends.Trend``), or None."""
+        return self.trends.trend(actor_id, self.clock() if now is None else now)
 
     async def _hist_ready(self) -> None:
         await self._hist_free.wait()
 
     def snapshot(self, now: float | None = None) -> Snapshot:
         now = now if now is not None else self.clock()
-        return build_snapshot(self.data(now), self.hist, now, self.stall)
+        return self._build(self.data(now), now)
 
     def rows_by_id(self, now: float | None = None) -> dict[str, ActorRow]:
         """The current rows (fresh role names included), for a dump that learnt them while it ran."""

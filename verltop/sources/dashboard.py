@@ -122,6 +122,42 @@ async def fetch_finished_tasks(client: DashboardClient, limit: int = 2000, timeo
                              lambda doc, now: (parse.tasks(doc)[0], None))
 
 
+async def fetch_finished_runs(client: DashboardClient, *, name: str | None = None, actor_id: str | None = None,
+                              task_id: str | None = None, limit: int = LIMIT, timeout_s: float = 10.0
+                              ) -> Result[tuple[list[RawTask], int | None]]:
+    """FINISHED runs with their exact times (detail rows), narrowed by filters Ray applies inside the GCS
+    (task ``name``, ``actor_id``, ``task_id``): ``(rows, how many Ray holds that match)``. Ray cannot filter
+    by time and sorts by task id before cutting at ``limit``, so a name filter returns every run it still
+    holds: the caller keeps such reads small (see analysis/timeline.py)."""
+    kv = [("state", "=", "FINISHED")]
+    if name:
+        kv.append(("name", "=", name))
+    if actor_id:
+        kv.append(("actor_id", "=", actor_id))
+    if task_id:
+        kv.append(("task_id", "=", task_id))
+
+    def p(doc: Any, now: float) -> tuple[Any, str | None]:
+        rows, lr = parse.tasks(doc)
+        return (rows, lr.total), None
+
+    params = _list_params(timeout_s, True, limit) + _filters(*kv)
+    return await _get_parsed(client, "/api/v0/tasks", params, timeout_s + 2, p)
+
+
+async def fetch_pending_tasks(client: DashboardClient, timeout_s: float = 10.0) -> Result[list[RawTask]]:
+    """Tasks submitted and not running yet (waiting for arguments, a node, a worker, or their actor's queue),
+    as base rows. Every state filter is applied in the GCS, so this costs what is pending, not the history."""
+    params = _list_params(timeout_s, False) + _filters(("state", "!=", "RUNNING"), ("state", "!=", "FINISHED"),
+                                                       ("state", "!=", "FAILED"))
+
+    def p(doc: Any, now: float) -> tuple[Any, str | None]:
+        rows, lr = parse.tasks(doc)
+        return rows, _trunc_note("pending tasks", lr)
+
+    return await _get_parsed(client, "/api/v0/tasks", params, timeout_s + 2, p, memo_key="pending")
+
+
 async def fetch_nodes(client: DashboardClient, timeout_s: float = 10.0) -> Result[list[Node]]:
     return await _get_parsed(client, "/api/v0/nodes", _list_params(timeout_s), timeout_s + 2,
                              lambda doc, now: (parse.state_nodes(doc), None))

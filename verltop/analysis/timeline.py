@@ -1,0 +1,405 @@
+"""The step timeline's memory: worker-group calls as the polls saw them, made exact by Ray's task events.
+
+Finished tasks cannot be read by time (Ray 2.60 filters only ``=``/``!=`` on job, actor, name, state and
+task id, and sorts by task id before cutting), so the timeline is built in three tiers:
+
+1. **Observed**, for free: the engine's poll of RUNNING tasks. A run starts when first seen (the middle of
+   that poll interval, unless a detail read gave its start) and ends between the last poll that saw it and
+   the first that did not (the middle again: error at most half a poll).
+2. **Exact**, when a step completes: per method, Ray's task events (start and end to the millisecond),
+   read with the source-side filters, within a budget of rows (``plan``): the ``name`` filter while Ray holds
+   few runs of that method, else one rank's runs (``name`` + ``actor_id``), else single tasks by id (the
+   first and last ranks to start and finish). A call no poll saw (shorter than a poll) is found only by the
+   first two.
+3. **Seeded** at start from the finished tasks the engine reads once.
+
+Everything is bounded: the last ``KEEP_STEPS`` steps; per-rank runs only for calls not yet settled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from verltop.analysis.roles import phase_of_method
+from verltop.analysis.steps import CallView, build_steps, segment
+from verltop.model import Step
+
+KEEP_STEPS = 32
+MAX_CALLS = 2000  # a job whose calls never form steps (no updates) must not grow it
+NAME_ROWS_BUDGET = 256  # rows (about 2.3 KB each at detail=1) one finished-task query may match
+TASK_QUERIES_PER_CALL = 4  # exact times for the extremes of a call no cheaper query covers
+EPS = 1e-6
+INF = float("inf")
+
+
+@dataclass(slots=True)
+class Run:
+    """One rank's run of a method."""
+
+    task_id: str
+    actor_id: str | None
+    start_s: float
+    end_s: float | None = None  # None while running
+    end_lo_s: float = 0.0  # it still ran then (the exact end, once known)
+    exact: bool = False
+
+
+class Call:
+    """Every rank's run of one method in one dispatch. Once settled, only its aggregates are kept."""
+
+    __slots__ = ("_view", "end_lo_s", "exact", "first_end_s", "group", "last_end_s", "late_actor_id", "method", "n",
+                 "name", "phase", "refined", "running", "runs", "start_s")
+
+    def __init__(self, group: str, method: str, name: str, phase: str, start_s: float) -> None:
+        self.group, self.method, self.name, self.phase = group, method, name, phase
+        self.runs: dict[str, Run] | None = {}
+        self.start_s = start_s
+        self.last_end_s: float | None = None  # of the runs that ended
+        self.first_end_s: float | None = None
+        self.end_lo_s = start_s
+        self.n = 0
+        self.running = 0
+        self.late_actor_id: str | None = None
+        self.exact = True
+        self.refined = False
+        self._view: CallView | None = None
+
+    @property
+    def end_s(self) -> float | None:
+        return None if self.running else self.last_end_s
+
+    def accepts(self, start_s: float, end_s: float | None) -> bool:
+        """Does a run over ``[start_s, end_s]`` belong to this dispatch (it overlaps the call)?"""
+        end = INF if self.running or self.last_end_s is None else self.last_end_s
+        return self.runs is not None and start_s <= end + EPS and (INF if end_s is None else end_s) + EPS >= self.start_s
+
+    def add(self, run: Run) -> None:
+        assert self.runs is not None
+        self.runs[run.task_id] = run
+        self.n += 1
+        self.start_s = min(self.start_s, run.start_s)
+        self.exact = self.exact and run.exact
+        if run.end_s is None:
+            self.running += 1
+        else:
+            self.running += 1
+            self.finished(run)
+        self._view = None
+
+    def finished(self, run: Run) -> None:
+        """``run`` (counted as running) ended."""
+        self.running -= 1
+        e = run.end_s
+        assert e is not None
+        if self.first_end_s is None or e < self.first_end_s:
+            self.first_end_s = e
+        if self.last_end_s is None or e >= self.last_end_s:
+            self.last_end_s = e
+            if not self.running:
+                self.late_actor_id = run.actor_id
+        self.end_lo_s = max(self.end_lo_s, run.end_lo_s)
+        self._view = None
+
+    def update(self) -> None:
+        """Recompute everything from the runs (after their times changed)."""
+        runs = self.runs
+        if not runs:
+            return
+        rs = runs.values()
+        self.n = len(runs)
+        self.start_s = min(r.start_s for r in rs)
+        ended = [r for r in rs if r.end_s is not None]
+        self.running = self.n - len(ended)
+        self.first_end_s = min(r.end_s for r in ended) if ended else None  # type: ignore[type-var]
+        self.last_end_s = max(r.end_s for r in ended) if ended else None  # type: ignore[type-var]
+        if self.running:
+            self.late_actor_id = next(r.actor_id for r in rs if r.end_s is None)
+        elif ended:
+            self.late_actor_id = max(ended, key=lambda r: r.end_s).actor_id  # type: ignore[arg-type,return-value]
+        self.end_lo_s = max((r.end_lo_s for r in ended), default=self.start_s)
+        self.exact = all(r.exact for r in rs)
+        self._view = None
+
+    def view(self) -> CallView:
+        if self._view is None:
+            if self.running and self.runs:  # one of those still running is the late one
+                self.late_actor_id = next((r.actor_id for r in self.runs.values() if r.end_s is None), None)
+            self._view = CallView(self.group, self.method, self.phase, self.start_s, self.end_s, self.end_lo_s,
+                                  self.first_end_s, self.n, self.running, self.late_actor_id, self.exact, self)
+        return self._view
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """A finished-task read that makes calls exact: by ``task_id``, or by task ``name`` (and ``actor_id``)."""
+
+    name: str | None = None
+    actor_id: str | None = None
+    task_id: str | None = None
+
+
+# (task_id, actor_id, group, method, task name, start_s or None)
+Observed = tuple[str, str | None, str, str, str, float | None]
+# (task_id, actor_id, group, method, task name, start_s, end_s)
+Finished = tuple[str, str | None, str, str, str, float, float]
+
+
+class StepTracker:
+    """Calls of the job's worker groups, kept for the last ``KEEP_STEPS`` steps."""
+
+    def __init__(self, keep_steps: int = KEEP_STEPS) -> None:
+        self.keep_steps = keep_steps
+        self.calls: list[Call] = []
+        self.by_key: dict[tuple[str, str], list[Call]] = {}
+        self.live: dict[str, tuple[Run, Call]] = {}  # runs of calls not yet settled, by task id
+        self._running: dict[str, Run] = {}
+        self._last_poll_s: float | None = None
+        self.first_index = 1
+        self.horizon_s = -INF  # exact rows older than this belong to steps already dropped
+        self.checked_until_s = -INF  # completed steps that began before this were refined
+        self.name_rows: dict[tuple[str, str | None], int] = {}  # rows Ray held for (name, actor) at last read
+        self.version = 0
+        self._calls_at_trim = 0
+
+    # ---------------------------------------------------------- feeding
+
+    def observe(self, rows: Iterable[Observed], now: float, complete: bool = True) -> None:
+        """One poll of RUNNING tasks. ``complete=False`` (a truncated list) finishes nothing."""
+        prev = self._last_poll_s if self._last_poll_s is not None else now
+        seen = set()
+        touched: set[Call] = set()
+        for tid, aid, group, method, name, start in rows:
+            seen.add(tid)
+            if tid in self._running or tid in self.live:
+                continue
+            phase = phase_of_method(method)
+            if phase is None:
+                continue
+            s = start if start is not None else (prev + now) / 2
+            run = Run(tid, aid, min(s, now), None, now)
+            call = self._place(group, method, name, phase, run)
+            if call is not None:
+                self._running[tid] = run
+                touched.add(call)
+                self._count(name, aid)
+        if complete:
+            for tid in [t for t in self._running if t not in seen]:
+                run = self._running.pop(tid)
+                run.end_lo_s = max(run.start_s, prev)
+                run.end_s = max(run.end_lo_s, (prev + now) / 2)
+                entry = self.live.get(tid)
+                if entry is not None:
+                    entry[1].finished(run)
+                    touched.add(entry[1])
+        self._last_poll_s = now
+        self._touch(touched)
+
+    def polled(self, now: float) -> None:
+        """A poll whose answer did not change: every running run still ran at ``now``."""
+        self._last_poll_s = now
+
+    def add_exact(self, rows: Iterable[Finished]) -> int:
+        """Finished runs with Ray's own start and end (the seed, refinement answers). Known runs become exact;
+        unknown ones are placed (a call no poll saw). Returns how many were new."""
+        touched: set[Call] = set()
+        refreshed: set[Call] = set()
+        new = 0
+        for tid, aid, group, method, name, start, end in sorted(rows, key=lambda r: r[5]):
+            entry = self.live.get(tid)
+            if entry is not None:
+                run, call = entry
+                run.start_s, run.end_s, run.end_lo_s, run.exact = start, end, end, True
+                self._running.pop(tid, None)
+                refreshed.add(call)
+                continue
+            phase = phase_of_method(method)
+            if phase is None or start < self.horizon_s or tid in self._running:
+                continue
+            call = self._place(group, method, name, phase, Run(tid, aid, start, end, end, True))
+            if call is not None:
+                touched.add(call)
+                new += 1
+        for c in refreshed:
+            c.update()
+        self._touch(touched | refreshed)
+        return new
+
+    def _place(self, group: str, method: str, name: str, phase: str, run: Run) -> Call | None:
+        key = (group, method)
+        lst = self.by_key.setdefault(key, [])
+        call = None
+        if lst and lst[-1].accepts(run.start_s, run.end_s):
+            call = lst[-1]
+        else:
+            for c in reversed(lst):
+                if c.runs is None:
+                    if _overlaps(c, run):
+                        return None  # a settled call: its summary is final
+                elif c.accepts(run.start_s, run.end_s):
+                    call = c
+                    break
+        if call is None:
+            call = Call(group, method, name, phase, run.start_s)
+            lst.append(call)
+            lst.sort(key=lambda c: c.start_s)
+            self.calls.append(call)
+        call.add(run)
+        self.live[run.task_id] = (run, call)
+        return call
+
+    def _count(self, name: str, actor_id: str | None) -> None:
+        for k in ((name, None), (name, actor_id)):
+            if k in self.name_rows:
+                self.name_rows[k] += 1
+
+    def _touch(self, calls: set[Call]) -> None:
+        if not calls:
+            return
+        self.version += 1
+        if len(self.calls) > MAX_CALLS or len(self.calls) >= self._calls_at_trim + 16:
+            self.trim()
+
+    # ---------------------------------------------------------- reading
+
+    def views(self) -> list[CallView]:
+        return [c.view() for c in self.calls]
+
+    def steps(self, now: float, rank_of: Callable[[str | None], int | None] | None = None,
+              keep: int | None = None) -> tuple[Step, ...]:
+        """The steps (oldest first, the last one running unless a later one began)."""
+        return build_steps(self.views(), now, self.first_index, rank_of, keep or self.keep_steps)
+
+    # ---------------------------------------------------------- bounds
+
+    def trim(self) -> None:
+        """Drop the calls of steps older than the last ``keep_steps`` (numbering continues), and settle calls
+        of older steps once refined (their per-rank runs are no longer needed; after six steps, anyway)."""
+        segs = segment(self.views())
+        drop = max(0, len(segs) - self.keep_steps)
+        gone: set[Call] = set()
+        for s in segs[:drop]:
+            gone |= {_call(v) for v in s}
+        if drop:
+            self.first_index += drop
+            self.horizon_s = segs[drop][0].start_s
+        for i in range(drop, max(drop, len(segs) - 2)):
+            for v in segs[i]:
+                c = _call(v)
+                if c.refined or c.exact or i < len(segs) - 6:
+                    self.settle(c)
+        if len(self.calls) - len(gone) > MAX_CALLS:  # no steps to cut at: the oldest calls go
+            oldest = sorted((c for c in self.calls if c not in gone), key=lambda c: c.start_s)
+            oldest = oldest[: len(self.calls) - len(gone) - MAX_CALLS]
+            gone |= set(oldest)
+            self.horizon_s = max(self.horizon_s, max(c.start_s for c in oldest))
+        self._calls_at_trim = len(self.calls) - len(gone)
+        if not gone:
+            return
+        for c in gone:
+            self.settle(c)
+            self.by_key[(c.group, c.method)].remove(c)
+        self.calls = [c for c in self.calls if c not in gone]
+        self.by_key = {k: v for k, v in self.by_key.items() if v}
+        self.version += 1
+
+    def settle(self, c: Call) -> None:
+        if c.runs is None:
+            return
+        for tid in c.runs:
+            self.live.pop(tid, None)
+            self._running.pop(tid, None)
+        c.runs = None
+
+    # ---------------------------------------------------------- refinement
+
+    def plan(self, max_queries: int = 24) -> tuple[list[Query], list[Call], float]:
+        """What to read from Ray's finished tasks to make the completed, unchecked steps exact: ``(queries,
+        the calls they cover, the time through which steps are then checked)``.
+
+        Per task name: the ``name`` filter while Ray holds at most ``NAME_ROWS_BUDGET`` runs of it (it also
+        finds calls no poll saw); else one rank's runs (``name`` + ``actor_id``) when a step lacks a call of a
+        method its group ran around it; else, for calls only the polls saw, single tasks by id (the ranks
+        that started and finished first and last)."""
+        segs = segment(self.views())
+        first = next((i for i, s in enumerate(segs[:-1]) if s[0].start_s >= self.checked_until_s), None)
+        if first is None:
+            return [], [], self.checked_until_s
+        done = segs[first:-1]
+        through = segs[-1][0].start_s
+        names: dict[str, str] = {}  # task name -> its group, for names run around these steps
+        for s in segs[max(0, first - 2):]:
+            for v in s:
+                names[_call(v).name] = v.group
+        inexact: dict[str, list[Call]] = {}
+        missing: dict[str, str | None] = {}  # task name -> an actor of its group that ran it
+        covered: list[Call] = []
+        for s in done:
+            present = set()
+            for v in s:
+                c = _call(v)
+                present.add(c.name)
+                covered.append(c)
+                if not c.exact and not c.refined:
+                    inexact.setdefault(c.name, []).append(c)
+            groups = {v.group for v in s}
+            for name, group in names.items():
+                if group in groups and name not in present:
+                    missing.setdefault(name, self._an_actor(name))
+        queries: list[Query] = []
+        tasks: list[Query] = []
+        for name in sorted(set(inexact) | set(missing)):
+            rows = self.name_rows.get((name, None))
+            if rows is None or rows <= NAME_ROWS_BUDGET:
+                queries.append(Query(name=name))
+                continue
+            actor = missing.get(name)
+            if name in missing and actor and self.name_rows.get((name, actor), 0) <= NAME_ROWS_BUDGET:
+                queries.append(Query(name=name, actor_id=actor))
+            for c in inexact.get(name, ()):
+                tasks += [Query(task_id=t) for t in _extremes(c)]
+        return (queries + tasks)[:max_queries], covered, through
+
+    def _an_actor(self, name: str) -> str | None:
+        for c in reversed(self.calls):
+            if c.name == name and c.late_actor_id:
+                return c.late_actor_id
+        return None
+
+    def refined(self, calls: Iterable[Call], through_s: float) -> None:
+        """The planned reads were made (or failed): do not plan these again."""
+        for c in calls:
+            c.refined = True
+        self.checked_until_s = max(self.checked_until_s, through_s)
+
+    def record_rows(self, name: str, actor_id: str | None, rows: int) -> None:
+        """How many runs of ``name`` (of ``actor_id``) Ray holds, from an answer's total."""
+        self.name_rows[(name, actor_id)] = rows
+
+
+def _call(v: CallView) -> Call:
+    assert isinstance(v.ref, Call)
+    return v.ref
+
+
+def _overlaps(c: Call, run: Run) -> bool:
+    end = INF if c.end_s is None else c.end_s
+    return run.start_s <= end + EPS and (INF if run.end_s is None else run.end_s) + EPS >= c.start_s
+
+
+def _extremes(c: Call) -> list[str]:
+    """Task ids of the runs that bound a call: first and last to start and to finish."""
+    if not c.runs:
+        return []
+    rs = [r for r in c.runs.values() if not r.exact]
+    if not rs:
+        return []
+    picks = [min(rs, key=lambda r: r.start_s), max(rs, key=lambda r: r.start_s)]
+    ended = [r for r in rs if r.end_s is not None]
+    if ended:
+        picks += [min(ended, key=lambda r: r.end_s), max(ended, key=lambda r: r.end_s)]  # type: ignore[arg-type,return-value]
+    out: list[str] = []
+    for r in picks:
+        if r.task_id not in out:
+            out.append(r.task_id)
+    return out[:TASK_QUERIES_PER_CALL]

@@ -1,0 +1,226 @@
+"""The engine's side of the step timeline, the trends and the pending work.
+
+The timeline costs the polls nothing: it is fed from the RUNNING-task answers the engine reads anyway and
+from the finished tasks it reads once at start. Only when a step completes does it read Ray's finished
+tasks, a few small, filtered requests planned by ``analysis.timeline.StepTracker.plan`` within a budget of
+rows, one round at a time, off the poll loops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+
+from verltop.analysis import roles as R
+from verltop.analysis.timeline import NAME_ROWS_BUDGET, Finished, Observed, Query, StepTracker
+from verltop.analysis.trends import Trend, Trends
+from verltop.analysis.view import group_key
+from verltop.model import ActorRow, GroupWork, RawActor, RawTask, Step
+from verltop.sources import dashboard as D
+from verltop.sources.http import DashboardClient
+
+log = logging.getLogger("verltop.engine")
+
+# actors whose calls are not steps of the job: servers answer many small requests, the controller runs one
+# long task, and "other" actors are not verl's
+_NOT_STEPS = frozenset({"rollout_server", "controller", "other"})
+MAX_RETRIED = 4096  # task ids remembered as retried
+QUERY_CONCURRENCY = 2
+
+
+@dataclass(slots=True)
+class RefineStats:
+    rounds: int = 0
+    requests: int = 0
+    rows: int = 0
+    failed: int = 0
+    last_ms: float = 0.0
+
+
+def actor_group(a: RawActor) -> str | None:
+    """The timeline's group of an actor's tasks, or None when its calls are not job steps."""
+    ident = R.identity(a)
+    if ident.base_role in _NOT_STEPS:
+        return None
+    return group_key(ident, a.class_name)
+
+
+class Timeline:
+    """Steps from the polls, made exact from Ray's task events when a step completes."""
+
+    def __init__(self, client: DashboardClient, timeout_s: float = 10.0, enabled: bool = True) -> None:
+        self.client = client
+        self.timeout_s = timeout_s
+        self.enabled = enabled
+        self.tracker = StepTracker()
+        self.stats = RefineStats()
+        self._task: asyncio.Task | None = None
+        self._planned_version = -1
+
+    # ---------------------------------------------------------- feeding (event loop, history gate held)
+
+    def observe(self, tasks: Iterable[RawTask], actors: dict[str, RawActor], now: float, complete: bool) -> None:
+        if not self.enabled:
+            return
+        rows: list[Observed] = []
+        for t in tasks:
+            a = actors.get(t.actor_id or "")
+            if a is None:
+                continue
+            g = actor_group(a)
+            if g is None:
+                continue
+            rows.append((t.task_id, t.actor_id, g, R.method_of(t.func_name) or t.name, t.name,
+                         t.start_time_ms / 1000.0 if t.start_time_ms else None))
+        self.tracker.observe(rows, now, complete)
+
+    def add_finished(self, tasks: Iterable[RawTask], actors: dict[str, RawActor]) -> int:
+        """Finished runs with exact times (the start-up seed, refinement answers)."""
+        if not self.enabled:
+            return 0
+        rows: list[Finished] = []
+        for t in tasks:
+            a = actors.get(t.actor_id or "")
+            if a is None or t.state != "FINISHED" or not t.start_time_ms or not t.end_time_ms:
+                continue
+            g = actor_group(a)
+            if g is None:
+                continue
+            rows.append((t.task_id, t.actor_id, g, R.method_of(t.func_name) or t.name, t.name,
+                         t.start_time_ms / 1000.0, t.end_time_ms / 1000.0))
+        return self.tracker.add_exact(rows)
+
+    # ---------------------------------------------------------- refinement
+
+    def maybe_refine(self, actors: Callable[[], dict[str, RawActor]], gate: Callable[[], Awaitable[None]]) -> None:
+        """Start a refinement round if a step completed since the last plan and none is running."""
+        if not self.enabled or (self._task is not None and not self._task.done()):
+            return
+        if self.tracker.version == self._planned_version:
+            return
+        self._planned_version = self.tracker.version
+        queries, calls, through = self.tracker.plan()
+        if not calls:
+            return
+        if not queries:
+            self.tracker.refined(calls, through)
+            return
+        self._task = asyncio.create_task(self._round(queries, calls, through, actors, gate),
+                                         name="verltop-timeline-refine")
+
+    async def _round(self, queries: list[Query], calls: list, through: float,
+                     actors: Callable[[], dict[str, RawActor]], gate: Callable[[], Awaitable[None]]) -> None:
+        import time
+
+        t0 = time.perf_counter()
+        sem = asyncio.Semaphore(QUERY_CONCURRENCY)
+
+        async def one(q: Query) -> D.Result:
+            async with sem:
+                # a name read is cut at the budget (Ray cuts after sorting by id: a sample, and its total)
+                return await D.fetch_finished_runs(self.client, name=q.name, actor_id=q.actor_id, task_id=q.task_id,
+                                                   limit=NAME_ROWS_BUDGET if q.task_id is None else 16,
+                                                   timeout_s=self.timeout_s)
+
+        try:
+            results = await asyncio.gather(*(one(q) for q in queries))
+            await gate()
+            known = actors()
+            for q, r in zip(queries, results, strict=True):
+                self.stats.requests += 1
+                if not r.ok or r.value is None:
+                    self.stats.failed += 1
+                    continue
+                rows, total = r.value
+                self.stats.rows += len(rows)
+                self.add_finished(rows, known)
+                if q.name is not None and total is not None:
+                    self.tracker.record_rows(q.name, q.actor_id, total)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.error("timeline refinement failed", exc_info=True)
+        finally:
+            self.tracker.refined(calls, through)
+            self.stats.rounds += 1
+            self.stats.last_ms = (time.perf_counter() - t0) * 1000
+
+    async def stop(self) -> None:
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopping
+                pass
+
+    async def wait(self) -> None:
+        """Until the running refinement round (if any) is over (tests, one-shot snapshots)."""
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    # ---------------------------------------------------------- reading (any thread, history gate held)
+
+    def steps(self, now: float, rows: Iterable[ActorRow]) -> tuple[Step, ...]:
+        if not self.enabled:
+            return ()
+        rank = {a.actor_id: a.rank for a in rows}
+        return self.tracker.steps(now, lambda aid: rank.get(aid or ""))
+
+
+class Work:
+    """Pending tasks and retries per worker group, and restart counts."""
+
+    def __init__(self) -> None:
+        self.retried: OrderedDict[str, str] = OrderedDict()  # task id -> group
+
+    def note(self, tasks: Iterable[RawTask], actors: dict[str, RawActor]) -> None:
+        """Remember tasks on a retry (attempt > 0) from any poll (running or pending)."""
+        for t in tasks:
+            if t.attempt > 0 and t.task_id not in self.retried:
+                self.retried[t.task_id] = _group_of(t, actors)
+                while len(self.retried) > MAX_RETRIED:
+                    self.retried.popitem(last=False)
+
+    def summary(self, pending: Iterable[RawTask], actors: dict[str, RawActor], rows: Iterable[ActorRow]
+                ) -> tuple[GroupWork, ...]:
+        counts: dict[str, list[int]] = {}
+        for t in pending:
+            counts.setdefault(_group_of(t, actors), [0, 0, 0])[0] += 1
+        for g in self.retried.values():
+            counts.setdefault(g, [0, 0, 0])[1] += 1
+        for a in rows:
+            if a.num_restarts:
+                counts.setdefault(a.worker_group or a.role, [0, 0, 0])[2] += a.num_restarts
+        return tuple(GroupWork(g, *v) for g, v in sorted(counts.items()))
+
+
+def _group_of(t: RawTask, actors: dict[str, RawActor]) -> str:
+    """The table's group of a task: its actor's worker group (or role); plain tasks are "tasks"."""
+    a = actors.get(t.actor_id or "")
+    if a is None:
+        return "tasks"
+    ident = R.identity(a)
+    if ident.worker_group:
+        return ident.worker_group
+    role = ident.base_role
+    return role if role != "colocated" else R.short_class(a.class_name)
+
+
+class TrendStore:
+    """The trends behind a lock: snapshots are built in a worker thread, and on the event loop for one-offs."""
+
+    def __init__(self) -> None:
+        self.trends = Trends()
+        self._lock = threading.Lock()
+
+    def record(self, rows: Iterable[ActorRow], now: float) -> None:
+        with self._lock:
+            self.trends.record(rows, now)
+
+    def trend(self, actor_id: str, now: float) -> Trend | None:
+        with self._lock:
+            return self.trends.trend(actor_id, now)
