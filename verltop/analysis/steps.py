@@ -136,7 +136,7 @@ def build_steps(calls: Sequence[CallView], now: float, first_index: int = 1,
         steps.append(Step(
             index=first_index + i, started_at=started, duration_s=None if nxt is None else nxt - started,
             runs=runs, phases=tuple(phases), skew_s=tuple((p, skews[p]) for p in PHASES if p in skews),
-            exact=all(c.exact for c in s),
+            exact=all(c.exact for c in s) and (nxt is None or segs[i + 1][0].exact),  # its end is the next start
         ))
     return tuple(steps)
 

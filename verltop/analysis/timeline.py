@@ -209,6 +209,16 @@ class StepTracker:
             entry = self.live.get(tid)
             if entry is not None:
                 run, call = entry
+                if not run.exact and call.runs:
+                    # ranks of one dispatch start together and end within a collective of each other: the runs
+                    # the polls saw start (end) in the same interval take this run's exact time as estimate
+                    for r in call.runs.values():
+                        if r.exact or r is run:
+                            continue
+                        if r.start_s == run.start_s:
+                            r.start_s = start
+                        if r.end_s is not None and r.end_s == run.end_s:
+                            r.end_s = max(end, r.end_lo_s)
                 run.start_s, run.end_s, run.end_lo_s, run.exact = start, end, end, True
                 self._running.pop(tid, None)
                 refreshed.add(call)
@@ -327,10 +337,7 @@ class StepTracker:
             return [], [], self.checked_until_s
         done = segs[first:-1]
         through = segs[-1][0].start_s
-        names: dict[str, str] = {}  # task name -> its group, for names run around these steps
-        for s in segs[max(0, first - 2):]:
-            for v in s:
-                names[_call(v).name] = v.group
+        names = {_call(v).name for s in segs[max(0, first - 2):] for v in s}  # run around these steps
         inexact: dict[str, list[Call]] = {}
         missing: dict[str, str | None] = {}  # task name -> an actor of its group that ran it
         covered: list[Call] = []
@@ -342,9 +349,8 @@ class StepTracker:
                 covered.append(c)
                 if not c.exact and not c.refined:
                     inexact.setdefault(c.name, []).append(c)
-            groups = {v.group for v in s}
-            for name, group in names.items():
-                if group in groups and name not in present:
+            for name in names:  # run around these steps, not in this one: a call no poll saw?
+                if name not in present:
                     missing.setdefault(name, self._an_actor(name))
         queries: list[Query] = []
         tasks: list[Query] = []
@@ -388,16 +394,17 @@ def _overlaps(c: Call, run: Run) -> bool:
 
 
 def _extremes(c: Call) -> list[str]:
-    """Task ids of the runs that bound a call: first and last to start and to finish."""
+    """Task ids of the runs that bound a call: all of them when few, else the first and last to start and to
+    finish (ties broken apart, so a call whose ranks all ended in one poll interval still gets two)."""
     if not c.runs:
         return []
     rs = [r for r in c.runs.values() if not r.exact]
-    if not rs:
-        return []
-    picks = [min(rs, key=lambda r: r.start_s), max(rs, key=lambda r: r.start_s)]
+    if len(rs) <= TASK_QUERIES_PER_CALL:
+        return [r.task_id for r in rs]
+    picks = [min(rs, key=lambda r: (r.start_s, r.task_id)), max(rs, key=lambda r: (r.start_s, r.task_id))]
     ended = [r for r in rs if r.end_s is not None]
     if ended:
-        picks += [min(ended, key=lambda r: r.end_s), max(ended, key=lambda r: r.end_s)]  # type: ignore[arg-type,return-value]
+        picks += [min(ended, key=lambda r: (r.end_s, r.task_id)), max(ended, key=lambda r: (r.end_s, r.task_id))]
     out: list[str] = []
     for r in picks:
         if r.task_id not in out:
