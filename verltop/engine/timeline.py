@@ -175,13 +175,13 @@ class Work:
     """Pending tasks and retries per worker group, and restart counts."""
 
     def __init__(self) -> None:
-        self.retried: OrderedDict[str, str] = OrderedDict()  # task id -> group
+        self.retried: OrderedDict[tuple[str, int], str] = OrderedDict()  # (task id, attempt) -> group
 
     def note(self, tasks: Iterable[RawTask], actors: dict[str, RawActor]) -> None:
-        """Remember tasks on a retry (attempt > 0) from any poll (running or pending)."""
+        """Remember retry attempts (attempt > 0; each is a row of its own in Ray) from any task read."""
         for t in tasks:
-            if t.attempt > 0 and t.task_id not in self.retried:
-                self.retried[t.task_id] = _group_of(t, actors)
+            if t.attempt > 0 and (t.task_id, t.attempt) not in self.retried:
+                self.retried[(t.task_id, t.attempt)] = _group_of(t, actors)
                 while len(self.retried) > MAX_RETRIED:
                     self.retried.popitem(last=False)
 
