@@ -105,8 +105,8 @@ def stall_reason(st: Stall) -> str:
 def stall_tag(st: Stall) -> str:
     """A few words for the table's STALLED column; the sentence is under the table and in details."""
     r = st.rule
-    if r == "dead":
-        return st.state or "DEAD"
+    if r == "dead":  # Ray's own words say why (e.g. "... killed due to the node running low on memory")
+        return f"{st.state or 'DEAD'}: {st.cause}" if st.cause else st.state or "DEAD"
     if r == "peers":
         return f"peers done {duration(st.peers_done_s)} ago"
     if r == "median":

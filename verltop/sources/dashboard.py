@@ -14,6 +14,7 @@ from verltop.sources.http import DashboardClient, Reply
 T = TypeVar("T")
 
 LIMIT = 10000  # Ray's RAY_MAX_LIMIT_FROM_API_SERVER; larger is a 400
+_NOT_PENDING = frozenset({"RUNNING", "FINISHED", "FAILED"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +140,10 @@ async def fetch_finished_runs(client: DashboardClient, *, name: str | None = Non
 
     def p(doc: Any, now: float) -> tuple[Any, str | None]:
         rows, lr = parse.tasks(doc)
-        return (rows, lr.total), None
+        # the filters again, here: a proxy or an older dashboard that ignores one must not mix in other runs
+        keep = [t for t in rows if t.state == "FINISHED" and (not name or t.name == name)
+                and (not actor_id or t.actor_id == actor_id) and (not task_id or t.task_id == task_id)]
+        return (keep, lr.total), None
 
     params = _list_params(timeout_s, True, limit) + _filters(*kv)
     return await _get_parsed(client, "/api/v0/tasks", params, timeout_s + 2, p)
@@ -153,7 +157,7 @@ async def fetch_pending_tasks(client: DashboardClient, timeout_s: float = 10.0) 
 
     def p(doc: Any, now: float) -> tuple[Any, str | None]:
         rows, lr = parse.tasks(doc)
-        return rows, _trunc_note("pending tasks", lr)
+        return [t for t in rows if t.state not in _NOT_PENDING], _trunc_note("pending tasks", lr)
 
     return await _get_parsed(client, "/api/v0/tasks", params, timeout_s + 2, p, memo_key="pending")
 

@@ -14,7 +14,10 @@ MAIN = [
             id="dump-all"),
     Binding("slash", "filter", "Filter", key_display="/", tooltip="filter rows (regex over role, group, name, "
             "node, task, state, stall reason; !regex inverts)", id="filter"),
-    Binding("s", "sort", "Sort", tooltip="sort within groups: rank → GPU → CPU → memory → task age", id="sort"),
+    Binding("t", "timeline", "Timeline", tooltip="the last training steps: each phase's time and how late the "
+            "last rank arrived", id="timeline"),
+    Binding("s", "sort", "Sort", tooltip="sort within groups: rank → GPU → CPU → memory → task age → memory "
+            "growth", id="sort"),
     Binding("g", "group", "Group", tooltip="group rows by worker group → role → node", id="group"),
     Binding("p", "pause", "Pause", tooltip="freeze the display (polling goes on)", id="pause"),
     Binding("l", "details", "Log", show=False, tooltip="details and log tail of the selected actor", id="log"),
@@ -56,6 +59,16 @@ DETAILS = [
     Binding("q", "app.pop_screen", "Back", show=False, tooltip="back", id="back-q"),
 ]
 
+TIMELINE = [
+    Binding("escape", "app.pop_screen", "Back", tooltip="back", id="back"),
+    Binding("j", "down", "Older/newer", show=False, tooltip="select the next (newer) step", id="down"),
+    Binding("k", "up", "Older", show=False, tooltip="select the previous (older) step", id="up"),
+    Binding("down", "down", "Newer", show=False, tooltip="select the next (newer) step", id="step-down"),
+    Binding("up", "up", "Older", show=False, tooltip="select the previous (older) step", id="step-up"),
+    Binding("end", "last", "Current", tooltip="follow the current step", id="step-last"),
+    Binding("q", "app.pop_screen", "Back", show=False, tooltip="back", id="back-q"),
+]
+
 RANK_STACK = [
     Binding("escape", "app.pop_screen", "Back", tooltip="back to the stack screen", id="back"),
     Binding("q", "app.pop_screen", "Back", show=False, tooltip="back to the stack screen", id="back-q"),
@@ -74,5 +87,6 @@ SECTIONS = (
     ("Stack screen (after d or D)", STACKS),
     ("A rank's full stack (Enter on the stack screen)", RANK_STACK),
     ("Details (Enter or l on an actor)", DETAILS),
+    ("Step timeline (t)", TIMELINE),
     ("This help", HELP),
 )

@@ -102,6 +102,11 @@ class MainScreen(Screen):
 
         self.app.push_screen(HelpScreen())
 
+    def action_timeline(self) -> None:
+        from verltop.ui.screens.timeline import TimelineScreen
+
+        self.app.push_screen(TimelineScreen())
+
     def action_sort(self) -> None:
         self.sort = SORTS[(SORTS.index(self.sort) + 1) % len(SORTS)]
         self.message(f"sort: {self.sort}")
