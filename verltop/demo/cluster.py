@@ -47,6 +47,7 @@ HUNG_FILE = "hung"
 RELEASE_FILE = "release"
 PIDS_DIR = "pids"
 PROGRESS_FILE = "progress.json"
+PHASE_LOG = "phases.jsonl"
 PROFILING_ENV = "RAY_DASHBOARD_ENABLE_PROFILING"
 
 log = logging.getLogger(__name__)
@@ -64,9 +65,12 @@ class DemoHandle:
     _run_ref: Any = field(default=None, repr=False)
     _stopped: bool = field(default=False, repr=False)
 
-    def request_hang(self) -> None:
-        """Ask the controller to hang the configured rank in the next ``update_actor`` (no Ray needed)."""
-        Path(self.hang_file).write_text(str(time.time()))
+    def request_hang(self, kind: str = "collective") -> None:
+        """Ask the controller to hang the configured rank in the next ``update_actor`` (no Ray needed).
+
+        ``collective``: the rank stops before a gradient ``all_reduce``, so its peers block in it;
+        ``late``: the rank stops after its last collective, so its peers finish and it arrives late."""
+        Path(self.hang_file).write_text(json.dumps({"time": time.time(), "kind": kind}))
 
     def hung(self) -> bool:
         """True while the hang is in place: the stuck rank writes the marker when it stops taking part."""
@@ -89,6 +93,16 @@ class DemoHandle:
             return json.loads(Path(self.state_dir, PROGRESS_FILE).read_text())
         except (OSError, ValueError):
             return {}
+
+    def phase_log(self) -> list[dict[str, Any]]:
+        """The controller's own clock: ``{"step", "phase", "time"}`` as each phase began (``done`` ends a
+        step; ``adv`` runs in the controller), oldest first."""
+        out = []
+        with contextlib.suppress(OSError):
+            for line in Path(self.state_dir, PHASE_LOG).read_text().splitlines():
+                with contextlib.suppress(ValueError):
+                    out.append(json.loads(line))
+        return out
 
     def worker_pids(self) -> dict[int, dict[str, Any]]:
         """pid -> {"role", "rank"} for the TaskRunner and every WorkerDict process (colocated roles

@@ -28,6 +28,7 @@ import ray
 # One CPU like verl's TaskRunner; the worker pools reserve 8 more CPUs in placement groups.
 TASK_RUNNER_CPUS = 1
 PROGRESS_FILE = "progress.json"
+PHASE_LOG = "phases.jsonl"  # one line per phase as it begins: the job's own timing, for comparisons
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
@@ -90,11 +91,11 @@ class TaskRunner:
         actor.init_model()
 
         step = 0
-        hang_pending = False
+        hang_kind: str | None = None
         while max_steps is None or step < max_steps:
             step += 1
             self._progress(step, "gen")
-            hang_pending |= self._take_hang_request(step, hang_after)
+            hang_kind = hang_kind or self._take_hang_request(step, hang_after)
             actor.generate_sequences(step=step)
             self._progress(step, "reward")
             rm.compute_rm_score(step=step)
@@ -108,13 +109,13 @@ class TaskRunner:
             self._compute_advantage(step)
             self._progress(step, "update_critic")
             critic.update_critic(step=step)
-            hang_pending |= self._take_hang_request(step, hang_after)
-            self._progress(step, "update_actor", hanging=hang_pending)
-            if hang_pending:
+            hang_kind = hang_kind or self._take_hang_request(step, hang_after)
+            self._progress(step, "update_actor", hanging=hang_kind is not None)
+            if hang_kind:
                 hang_after = None  # a hang fires once; a released job trains on
             # While hanging, this ray.get (inside verl's func_generator) never returns.
-            actor.update_actor(step=step, hang_rank=hang_rank if hang_pending else -1)
-            hang_pending = False
+            actor.update_actor(step=step, hang_rank=hang_rank if hang_kind else -1, hang_late=hang_kind == "late")
+            hang_kind = None
             self._progress(step, "update_weights")
             actor.update_weights(step=step)
             self._progress(step, "done")
@@ -122,12 +123,16 @@ class TaskRunner:
 
     # -- helpers -----------------------------------------------------------------------------------------
 
-    def _take_hang_request(self, step: int, hang_after: int | None) -> bool:
-        """True if a hang is due in this step; consumes the flag file."""
+    def _take_hang_request(self, step: int, hang_after: int | None) -> str | None:
+        """The kind of hang due in this step ("collective" or "late"), or None; consumes the flag file."""
         if self.hang_file.exists():
+            try:
+                kind = json.loads(self.hang_file.read_text()).get("kind", "collective")
+            except (OSError, ValueError, AttributeError):
+                kind = "collective"
             self.hang_file.unlink(missing_ok=True)
-            return True
-        return hang_after is not None and step > hang_after
+            return kind
+        return "collective" if hang_after is not None and step > hang_after else None
 
     def _compute_advantage(self, step: int) -> None:
         # GAE runs in the controller in verl; a little torch work and no worker task.
@@ -144,8 +149,10 @@ class TaskRunner:
         time.sleep(random.Random(f"adv:{step}").uniform(0.1, 0.3))
 
     def _progress(self, step: int, phase: str, hanging: bool = False) -> None:
-        _write_json(self.state_dir / PROGRESS_FILE,
-                    {"step": step, "phase": phase, "hanging": hanging, "time": time.time()})
+        now = time.time()
+        _write_json(self.state_dir / PROGRESS_FILE, {"step": step, "phase": phase, "hanging": hanging, "time": now})
+        with open(self.state_dir / PHASE_LOG, "a") as f:
+            f.write(json.dumps({"step": step, "phase": phase, "time": now}) + "\n")
 
     def _record_pid(self) -> None:
         from verltop.demo.workers import PIDS_DIR
