@@ -39,11 +39,13 @@ def free_port() -> int:
 class FakeServer:
     """The synthetic dashboard in a child process, so its CPU is not counted as verltop's."""
 
-    def __init__(self, nodes: int, gpus: int, extra: int = 0, hang_at: float | None = None) -> None:
+    def __init__(self, nodes: int, gpus: int, extra: int = 0, hang_at: float | None = None, speed: float = 1.0,
+                 rm_nodes: int = 0) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         args = [PY, str(ROOT / "scripts" / "fake_dashboard.py"), "--nodes", str(nodes), "--gpus", str(gpus),
-                "--port", str(self.port), "--extra-actors", str(extra)]
+                "--port", str(self.port), "--extra-actors", str(extra), "--speed", str(speed),
+                "--rm-nodes", str(rm_nodes)]
         if hang_at is not None:
             args += ["--hang-at", str(hang_at)]
         self.proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -146,6 +148,56 @@ def child_idle_cpu(url: str, seconds: float) -> None:
                     "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
     print(json.dumps(asyncio.run(run())), flush=True)
+
+
+def child_engine(url: str, seconds: float, timeline: str) -> None:
+    """The engine alone (polls, history, snapshots; no UI) for ``seconds``: CPU per task-poll cycle, with or
+    without the step timeline, and what the timeline read from Ray's finished tasks meanwhile."""
+    from verltop.engine.monitor import Monitor
+    from verltop.sources.config import resolve
+
+    async def run() -> dict:
+        mon = Monitor(resolve(url), use_local=False, timeline=timeline == "on")
+        mon.start()
+        await asyncio.sleep(8.0)  # past start-up: the seed, the first detail reads
+        st = mon.timeline.stats
+        cpu0, w0, polls0, req0 = time.process_time(), time.monotonic(), mon.src.tasks.tries, mon.client.requests
+        rounds0, treq0, rows0 = st.rounds, st.requests, st.rows
+        await asyncio.sleep(seconds)
+        cpu, wall = time.process_time() - cpu0, time.monotonic() - w0
+        cycles = max(1, mon.src.tasks.tries - polls0)
+        steps = (mon.latest.steps if mon.latest else ())
+        out = {"cpu_per_cycle_ms": cpu / cycles * 1000, "steady_cpu_pct": cpu / wall * 100, "cycles": cycles,
+               "requests": mon.client.requests - req0, "refine_rounds": st.rounds - rounds0,
+               "refine_requests": st.requests - treq0, "refine_rows": st.rows - rows0,
+               "steps": len(steps), "exact_steps": sum(1 for s in steps if s.exact), "build_ms": mon.last_build_ms}
+        await mon.stop()
+        return out
+
+    print(json.dumps(asyncio.run(run())), flush=True)
+
+
+def bench_timeline(quick: bool) -> list[tuple]:
+    """What the step timeline adds to the engine's poll cost at 1,024 ranks (a 16 s step, so several steps
+    complete and are refined while it is measured); runs alternate so drift hits both alike."""
+    secs = 30.0 if quick else 60.0
+    srv = FakeServer(128, 8, speed=4.0)
+    try:
+        runs: dict[str, list[dict]] = {"on": [], "off": []}
+        for mode in ("off", "on", "off", "on"):
+            runs[mode].append(child("engine", srv.url, str(secs), mode))
+    finally:
+        srv.stop()
+    on = statistics.median(r["cpu_per_cycle_ms"] for r in runs["on"])
+    off = statistics.median(r["cpu_per_cycle_ms"] for r in runs["off"])
+    per_round = [r["refine_requests"] / max(1, r["refine_rounds"]) for r in runs["on"]]
+    rows = [r["refine_rows"] / max(1, r["refine_rounds"]) for r in runs["on"]]
+    return [
+        ("engine CPU per poll cycle, 1,024 ranks (1,161 actors), timeline off / on",
+         f"{off:.0f} / {on:.0f} ms ({(on - off) / off * 100:+.0f} %)", "on ≤ off + 5 %", on <= off * 1.05),
+        ("timeline reads per completed step, 1,024 ranks (requests / rows)",
+         f"{statistics.median(per_round):.0f} / {statistics.median(rows):.0f}", "-", None),
+    ]
 
 
 def _p95(xs: list[float]) -> float:
@@ -348,6 +400,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-live", action="store_true", help="skip the comparisons on a live Ray cluster")
+    ap.add_argument("--only", choices=("timeline",), help="run one measurement only")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
@@ -355,11 +408,14 @@ def main() -> int:
         {"first_frame": lambda: child_first_frame(rest[0], float(rest[1])),
          "refresh": lambda: child_refresh(rest[0], float(rest[1])),
          "idle": lambda: child_idle_cpu(rest[0], float(rest[1])),
+         "engine": lambda: child_engine(rest[0], float(rest[1]), rest[2]),
          "first_ranks": lambda: child_first_ranks(rest[0])}[mode]()
         return 0
     rows: list[tuple] = []
-    steps = [bench_merge, bench_dump_local, lambda: bench_ui(a.quick)]
-    if not (a.quick or a.no_live):
+    steps = [bench_merge, bench_dump_local, lambda: bench_ui(a.quick), lambda: bench_timeline(a.quick)]
+    if a.only == "timeline":
+        steps = [lambda: bench_timeline(a.quick)]
+    elif not (a.quick or a.no_live):
         steps.append(lambda: bench_live(a.quick))
     for step in steps:
         try:
