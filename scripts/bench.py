@@ -40,12 +40,12 @@ class FakeServer:
     """The synthetic dashboard in a child process, so its CPU is not counted as verltop's."""
 
     def __init__(self, nodes: int, gpus: int, extra: int = 0, hang_at: float | None = None, speed: float = 1.0,
-                 rm_nodes: int = 0) -> None:
+                 rm_nodes: int = 0, max_finished: int = 2000) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         args = [PY, str(ROOT / "scripts" / "fake_dashboard.py"), "--nodes", str(nodes), "--gpus", str(gpus),
                 "--port", str(self.port), "--extra-actors", str(extra), "--speed", str(speed),
-                "--rm-nodes", str(rm_nodes)]
+                "--rm-nodes", str(rm_nodes), "--max-finished", str(max_finished)]
         if hang_at is not None:
             args += ["--hang-at", str(hang_at)]
         self.proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -181,7 +181,7 @@ def bench_timeline(quick: bool) -> list[tuple]:
     """What the step timeline adds to the engine's poll cost at 1,024 ranks (a 16 s step, so several steps
     complete and are refined while it is measured); runs alternate so drift hits both alike."""
     secs = 30.0 if quick else 60.0
-    srv = FakeServer(128, 8, speed=4.0)
+    srv = FakeServer(128, 8, speed=4.0, max_finished=100_000)  # Ray's GCS keeps 100,000 task attempts
     try:
         runs: dict[str, list[dict]] = {"on": [], "off": []}
         for mode in ("off", "on", "off", "on"):

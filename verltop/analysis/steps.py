@@ -46,6 +46,7 @@ class CallView:
     late_actor_id: str | None = None  # the last to finish, or one still running
     exact: bool = False
     ref: object = field(default=None, compare=False)  # the tracker's call it shows
+    start_hi_s: float | None = None  # it surely ran by then (first seen running); None: start_s is exact
 
 
 def segment(calls: Sequence[CallView]) -> list[list[CallView]]:
@@ -55,7 +56,10 @@ def segment(calls: Sequence[CallView]) -> list[list[CallView]]:
     trained = False
     train_end = -INF
     for c in sorted(calls, key=lambda c: (c.start_s, PHASES.index(c.phase))):
-        if cur is None or (trained and c.phase in BEFORE_TRAINING and c.start_s >= train_end):
+        # compared with what is surely known: seen running before the update was last seen running means it
+        # overlapped the update (an estimated start may fall before an exact end by up to half a poll)
+        began = c.start_s if c.start_hi_s is None else max(c.start_s, c.start_hi_s)
+        if cur is None or (trained and c.phase in BEFORE_TRAINING and began >= train_end):
             cur = []
             segs.append(cur)
             trained, train_end = False, -INF
@@ -77,7 +81,7 @@ def segment(calls: Sequence[CallView]) -> list[list[CallView]]:
 
 def _as_other(c: CallView) -> CallView:
     return CallView(c.group, c.method, "other", c.start_s, c.end_s, c.end_lo_s, c.first_end_s, c.ranks, c.running,
-                    c.late_actor_id, c.exact, c.ref)
+                    c.late_actor_id, c.exact, c.ref, c.start_hi_s)
 
 
 def union_s(spans: Sequence[tuple[float, float]]) -> float:

@@ -31,6 +31,9 @@ NAME_ROWS_BUDGET = 256  # rows (about 2.3 KB each at detail=1) one finished-task
 TASK_QUERIES_PER_CALL = 4  # exact times for the extremes of a call no cheaper query covers
 EPS = 1e-6
 INF = float("inf")
+# Ray's workers report task events about once a second (task_events_report_interval_ms): a task may still
+# read RUNNING that long after it ended, so "seen running" bounds its end from below only this much earlier
+EVENT_LAG_S = 1.0
 
 
 @dataclass(slots=True)
@@ -43,18 +46,20 @@ class Run:
     end_s: float | None = None  # None while running
     end_lo_s: float = 0.0  # it still ran then (the exact end, once known)
     exact: bool = False
+    start_hi_s: float | None = None  # first seen running (the start lies before); None once exact
 
 
 class Call:
     """Every rank's run of one method in one dispatch. Once settled, only its aggregates are kept."""
 
     __slots__ = ("_view", "end_lo_s", "exact", "first_end_s", "group", "last_end_s", "late_actor_id", "method", "n",
-                 "name", "phase", "refined", "running", "runs", "start_s")
+                 "name", "phase", "refined", "running", "runs", "start_hi_s", "start_s")
 
     def __init__(self, group: str, method: str, name: str, phase: str, start_s: float) -> None:
         self.group, self.method, self.name, self.phase = group, method, name, phase
         self.runs: dict[str, Run] | None = {}
         self.start_s = start_s
+        self.start_hi_s: float | None = None  # the earliest time a run of it was surely running
         self.last_end_s: float | None = None  # of the runs that ended
         self.first_end_s: float | None = None
         self.end_lo_s = start_s
@@ -79,13 +84,18 @@ class Call:
         self.runs[run.task_id] = run
         self.n += 1
         self.start_s = min(self.start_s, run.start_s)
-        self.exact = self.exact and run.exact
+        self._hi(run)
         if run.end_s is None:
             self.running += 1
         else:
             self.running += 1
             self.finished(run)
         self._view = None
+
+    def _hi(self, run: Run) -> None:
+        hi = run.start_s if run.start_hi_s is None else run.start_hi_s
+        if self.start_hi_s is None or hi < self.start_hi_s:
+            self.start_hi_s = hi
 
     def finished(self, run: Run) -> None:
         """``run`` (counted as running) ended."""
@@ -101,6 +111,17 @@ class Call:
         self.end_lo_s = max(self.end_lo_s, run.end_lo_s)
         self._view = None
 
+    def _bounds_exact(self, rs: Iterable[Run]) -> bool:
+        """Are the call's start, first end and last end Ray's own times (held by runs read exactly)? At
+        scale only the ranks at the extremes are read; the others' estimates then take their times."""
+        start = first = last = False
+        for r in rs:
+            if r.exact:
+                start = start or r.start_s == self.start_s
+                first = first or r.end_s == self.first_end_s
+                last = last or r.end_s == self.last_end_s
+        return start and (self.first_end_s is None or first) and (self.running > 0 or last)
+
     def update(self) -> None:
         """Recompute everything from the runs (after their times changed)."""
         runs = self.runs
@@ -109,6 +130,9 @@ class Call:
         rs = runs.values()
         self.n = len(runs)
         self.start_s = min(r.start_s for r in rs)
+        self.start_hi_s = None
+        for r in rs:
+            self._hi(r)
         ended = [r for r in rs if r.end_s is not None]
         self.running = self.n - len(ended)
         self.first_end_s = min(r.end_s for r in ended) if ended else None  # type: ignore[type-var]
@@ -118,15 +142,17 @@ class Call:
         elif ended:
             self.late_actor_id = max(ended, key=lambda r: r.end_s).actor_id  # type: ignore[arg-type,return-value]
         self.end_lo_s = max((r.end_lo_s for r in ended), default=self.start_s)
-        self.exact = all(r.exact for r in rs)
         self._view = None
 
     def view(self) -> CallView:
         if self._view is None:
             if self.running and self.runs:  # one of those still running is the late one
                 self.late_actor_id = next((r.actor_id for r in self.runs.values() if r.end_s is None), None)
+            if self.runs:
+                self.exact = self._bounds_exact(self.runs.values())
             self._view = CallView(self.group, self.method, self.phase, self.start_s, self.end_s, self.end_lo_s,
-                                  self.first_end_s, self.n, self.running, self.late_actor_id, self.exact, self)
+                                  self.first_end_s, self.n, self.running, self.late_actor_id, self.exact, self,
+                                  self.start_hi_s)
         return self._view
 
 
@@ -177,7 +203,7 @@ class StepTracker:
             if phase is None:
                 continue
             s = start if start is not None else (prev + now) / 2
-            run = Run(tid, aid, min(s, now), None, now)
+            run = Run(tid, aid, min(s, now), None, now, start_hi_s=now)
             call = self._place(group, method, name, phase, run)
             if call is not None:
                 self._running[tid] = run
@@ -186,8 +212,8 @@ class StepTracker:
         if complete:
             for tid in [t for t in self._running if t not in seen]:
                 run = self._running.pop(tid)
-                run.end_lo_s = max(run.start_s, prev)
-                run.end_s = max(run.end_lo_s, (prev + now) / 2)
+                run.end_s = max(run.start_s, (prev + now) / 2)
+                run.end_lo_s = max(run.start_s, min(run.end_s, prev - EVENT_LAG_S))
                 entry = self.live.get(tid)
                 if entry is not None:
                     entry[1].finished(run)
@@ -216,10 +242,10 @@ class StepTracker:
                         if r.exact or r is run:
                             continue
                         if r.start_s == run.start_s:
-                            r.start_s = start
+                            r.start_s = min(start, r.start_hi_s) if r.start_hi_s is not None else start
                         if r.end_s is not None and r.end_s == run.end_s:
-                            r.end_s = max(end, r.end_lo_s)
-                run.start_s, run.end_s, run.end_lo_s, run.exact = start, end, end, True
+                            r.end_s = max(end, r.start_s)
+                run.start_s, run.end_s, run.end_lo_s, run.exact, run.start_hi_s = start, end, end, True, None
                 self._running.pop(tid, None)
                 refreshed.add(call)
                 continue
@@ -381,6 +407,19 @@ class StepTracker:
     def record_rows(self, name: str, actor_id: str | None, rows: int) -> None:
         """How many runs of ``name`` (of ``actor_id``) Ray holds, from an answer's total."""
         self.name_rows[(name, actor_id)] = rows
+
+    def estimate_rows(self, sample: Iterable[str], total: int | None) -> None:
+        """Rows Ray holds per task name, estimated from a sample of finished tasks (the start-up seed, cut by
+        Ray at its limit after sorting by task id: a uniform sample) and their ``total``: so that the first
+        refinement already knows which names are too many to read whole."""
+        counts: dict[str, int] = {}
+        n = 0
+        for name in sample:
+            counts[name] = counts.get(name, 0) + 1
+            n += 1
+        scale = (total / n) if total and n and total > n else 1.0
+        for name, c in counts.items():
+            self.name_rows.setdefault((name, None), round(c * scale))
 
 
 def _call(v: CallView) -> Call:

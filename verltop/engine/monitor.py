@@ -284,9 +284,11 @@ class Monitor(Engine):
                 self.hist.remember_method(t.actor_id, method)
 
     async def _seed_history(self) -> None:
-        r = await D.fetch_finished_tasks(self.client, timeout_s=self.iv.timeout_s)
-        if not r.ok or not r.value:
+        r = await D.fetch_finished_runs(self.client, limit=2000, timeout_s=15.0)
+        if not r.ok or not r.value or not r.value[0]:
             return
+        seed, total = r.value
+        r = replace(r, value=seed)
         # wait for the actor list so methods can be keyed by worker group
         for _ in range(50):
             if self.src.actors.value is not None or self.src.actors.error:
@@ -306,6 +308,8 @@ class Monitor(Engine):
         await self._hist_ready()
         self.hist.seed(rows)
         self.timeline.add_finished(r.value, actors)
+        self.timeline.tracker.estimate_rows((t.name for t in r.value), total)
+        self.work.note(r.value, actors)
         self.seeded = True
         self._dirty.set()
 
