@@ -2,7 +2,8 @@
 
     python scripts/screenshots.py [--out screenshots]
 
-Writes SVGs (Textual's own export) of: the running job, the job after the injected hang (stalled rows),
+Writes SVGs (Textual's own export) of: the running job, the step timeline (healthy, then with a rank that
+finishes update_actor late), the job after the injected hang (stalled rows),
 the stack screen after `d`, a rank's full stack, an actor's details, and the help screen; and PNGs of them
 when `rsvg-convert` is installed (Debian: librsvg2-bin).
 """
@@ -51,6 +52,7 @@ async def shoot(address: str, handle, out: Path) -> list[Path]:
         await pilot.pause(0.3)
         save("help")
         await pilot.press("escape")
+        await timeline_shots(pilot, app, handle, save)
         handle.request_hang()
         for _ in range(1200):  # until the waiting ranks are marked stalled
             await pilot.pause(0.1)
@@ -82,6 +84,35 @@ async def shoot(address: str, handle, out: Path) -> list[Path]:
         await pilot.pause(2.5)
         save("details")
     return shots
+
+
+async def timeline_shots(pilot, app, handle, save) -> None:
+    """`t` on the healthy job (steps made exact from Ray's task events), then on a rank that finishes
+    update_actor late (its peers done, the skew growing); the late rank is released before going on."""
+    from verltop.ui.screens.timeline import TimelineScreen
+
+    await pilot.press("t")
+    screen = app.screen
+    assert isinstance(screen, TimelineScreen)
+    for _ in range(900):
+        await pilot.pause(0.1)
+        if sum(1 for s in screen.steps if s.exact and not s.running) >= 4:
+            break
+    save("timeline")
+    step = handle.progress().get("step", 0)
+    handle.request_hang(kind="late")
+    for _ in range(900):
+        await pilot.pause(0.1)
+        if handle.hung():
+            break
+    await pilot.pause(12)
+    save("timeline-late-rank")
+    handle.release_hang()
+    for _ in range(900):
+        await pilot.pause(0.1)
+        if not handle.hung() and handle.progress().get("step", 0) > step + 1:
+            break
+    await pilot.press("escape")
 
 
 def main() -> int:
