@@ -190,13 +190,19 @@ class StepTracker:
 
     # ---------------------------------------------------------- feeding
 
-    def observe(self, rows: Iterable[Observed], now: float, complete: bool = True) -> None:
-        """One poll of RUNNING tasks. ``complete=False`` (a truncated list) finishes nothing."""
+    def knows(self, task_id: str) -> bool:
+        return task_id in self._running or task_id in self.live
+
+    def observe(self, rows: Iterable[Observed], now: float, complete: bool = True,
+                seen: set[str] | None = None) -> None:
+        """One poll of RUNNING tasks. ``complete=False`` (a truncated list) finishes nothing. With ``seen``
+        (every running task id of the poll), ``rows`` may hold only the tasks not known yet."""
         prev = self._last_poll_s if self._last_poll_s is not None else now
-        seen = set()
+        rows = list(rows)
+        if seen is None:
+            seen = {r[0] for r in rows}
         touched: set[Call] = set()
         for tid, aid, group, method, name, start in rows:
-            seen.add(tid)
             if tid in self._running or tid in self.live:
                 continue
             phase = phase_of_method(method)
@@ -310,7 +316,7 @@ class StepTracker:
 
     def trim(self) -> None:
         """Drop the calls of steps older than the last ``keep_steps`` (numbering continues), and settle calls
-        of older steps once refined (their per-rank runs are no longer needed; after six steps, anyway)."""
+        of older steps once refined (their per-rank runs are no longer needed; after four steps, anyway)."""
         segs = segment(self.views())
         drop = max(0, len(segs) - self.keep_steps)
         gone: set[Call] = set()
@@ -322,7 +328,7 @@ class StepTracker:
         for i in range(drop, max(drop, len(segs) - 2)):
             for v in segs[i]:
                 c = _call(v)
-                if c.refined or c.exact or i < len(segs) - 6:
+                if c.refined or c.exact or i < len(segs) - 4:
                     self.settle(c)
         if len(self.calls) - len(gone) > MAX_CALLS:  # no steps to cut at: the oldest calls go
             oldest = sorted((c for c in self.calls if c not in gone), key=lambda c: c.start_s)

@@ -60,23 +60,47 @@ class Timeline:
         self.stats = RefineStats()
         self._task: asyncio.Task | None = None
         self._planned_version = -1
+        self._ignored: set[str] = set()  # running task ids that are no step's (servers, the controller)
+        self._groups: dict[str, tuple[RawActor, str | None]] = {}
+        self._methods: dict[str, str] = {}
 
     # ---------------------------------------------------------- feeding (event loop, history gate held)
 
     def observe(self, tasks: Iterable[RawTask], actors: dict[str, RawActor], now: float, complete: bool) -> None:
         if not self.enabled:
             return
+        tasks = list(tasks)
+        ids = {t.task_id for t in tasks}
+        tr, ign = self.tracker, self._ignored
         rows: list[Observed] = []
-        for t in tasks:
+        for t in tasks:  # only tasks not seen before cost more than two set lookups
+            tid = t.task_id
+            if tid in ign or tr.knows(tid):
+                continue
             a = actors.get(t.actor_id or "")
-            if a is None:
+            g = self._group(a) if a is not None else None
+            method = self._methods.get(t.func_name)
+            if method is None:
+                method = self._methods[t.func_name] = R.method_of(t.func_name) or t.name
+            if g is None or R.phase_of_method(method) is None:
+                ign.add(tid)
                 continue
-            g = actor_group(a)
-            if g is None:
-                continue
-            rows.append((t.task_id, t.actor_id, g, R.method_of(t.func_name) or t.name, t.name,
-                         t.start_time_ms / 1000.0 if t.start_time_ms else None))
-        self.tracker.observe(rows, now, complete)
+            rows.append((tid, t.actor_id, g, method, t.name, t.start_time_ms / 1000.0 if t.start_time_ms else None))
+        if len(ign) > 2 * len(ids) + 64:
+            self._ignored = ign & ids
+        if len(self._methods) > 4096:
+            self._methods.clear()
+        tr.observe(rows, now, complete, seen=ids)
+
+    def _group(self, a: RawActor) -> str | None:
+        hit = self._groups.get(a.actor_id)
+        if hit is not None and hit[0] is a:
+            return hit[1]
+        if len(self._groups) > 65536:
+            self._groups.clear()
+        g = actor_group(a)
+        self._groups[a.actor_id] = (a, g)
+        return g
 
     def add_finished(self, tasks: Iterable[RawTask], actors: dict[str, RawActor]) -> int:
         """Finished runs with exact times (the start-up seed, refinement answers)."""
