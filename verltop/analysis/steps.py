@@ -19,7 +19,7 @@ from ``roles.phase_of_method``. Steps are cut from the calls in start order:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from verltop.model import PHASES, PhaseRun, Step
@@ -116,10 +116,16 @@ def build_steps(calls: Sequence[CallView], now: float, first_index: int = 1,
     """The steps of ``calls`` (the last ``keep``), numbered from ``first_index``; the last one runs unless a
     later step began. ``rank_of`` names the late rank of each phase."""
     segs = segment(calls)
+    start_at = max(0, len(segs) - keep) if keep else 0
+    return steps_of(segs, range(start_at, len(segs)), now, first_index, rank_of)
+
+
+def steps_of(segs: Sequence[Sequence[CallView]], which: Iterable[int], now: float, first_index: int = 1,
+             rank_of: Callable[[str | None], int | None] | None = None) -> tuple[Step, ...]:
+    """``Step`` values for the segments at positions ``which`` (a caller may cache the finished ones)."""
     rank_of = rank_of or (lambda _a: None)
     steps: list[Step] = []
-    start_at = max(0, len(segs) - keep) if keep else 0
-    for i in range(start_at, len(segs)):
+    for i in which:
         s = segs[i]
         started = s[0].start_s
         nxt = segs[i + 1][0].start_s if i + 1 < len(segs) else None

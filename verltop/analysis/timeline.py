@@ -315,8 +315,9 @@ class StepTracker:
     # ---------------------------------------------------------- bounds
 
     def trim(self) -> None:
-        """Drop the calls of steps older than the last ``keep_steps`` (numbering continues), and settle calls
-        of older steps once refined (their per-rank runs are no longer needed; after four steps, anyway)."""
+        """Drop the calls of steps older than the last ``keep_steps`` (numbering continues), and settle the
+        calls of finished steps once refined (their per-rank runs are no longer needed; after two more steps,
+        anyway)."""
         segs = segment(self.views())
         drop = max(0, len(segs) - self.keep_steps)
         gone: set[Call] = set()
@@ -325,10 +326,10 @@ class StepTracker:
         if drop:
             self.first_index += drop
             self.horizon_s = segs[drop][0].start_s
-        for i in range(drop, max(drop, len(segs) - 2)):
+        for i in range(drop, max(drop, len(segs) - 1)):
             for v in segs[i]:
                 c = _call(v)
-                if c.refined or c.exact or i < len(segs) - 4:
+                if c.refined or i < len(segs) - 3:
                     self.settle(c)
         if len(self.calls) - len(gone) > MAX_CALLS:  # no steps to cut at: the oldest calls go
             oldest = sorted((c for c in self.calls if c not in gone), key=lambda c: c.start_s)
@@ -348,6 +349,7 @@ class StepTracker:
     def settle(self, c: Call) -> None:
         if c.runs is None:
             return
+        c.view()  # its summary (exactness, the late rank) from the runs, before they go
         for tid in c.runs:
             self.live.pop(tid, None)
             self._running.pop(tid, None)
@@ -405,10 +407,12 @@ class StepTracker:
         return None
 
     def refined(self, calls: Iterable[Call], through_s: float) -> None:
-        """The planned reads were made (or failed): do not plan these again."""
+        """The planned reads were made (or failed): do not plan these again; their runs can go."""
         for c in calls:
             c.refined = True
+            self.settle(c)
         self.checked_until_s = max(self.checked_until_s, through_s)
+        self.version += 1
 
     def record_rows(self, name: str, actor_id: str | None, rows: int) -> None:
         """How many runs of ``name`` (of ``actor_id``) Ray holds, from an answer's total."""

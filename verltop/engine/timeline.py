@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from verltop.analysis import roles as R
+from verltop.analysis.steps import segment, steps_of
 from verltop.analysis.timeline import NAME_ROWS_BUDGET, Finished, Observed, Query, StepTracker
 from verltop.analysis.trends import Trend, Trends
 from verltop.analysis.view import group_key
@@ -63,6 +64,7 @@ class Timeline:
         self._ignored: set[str] = set()  # running task ids that are no step's (servers, the controller)
         self._groups: dict[str, tuple[RawActor, str | None]] = {}
         self._methods: dict[str, str] = {}
+        self._cache: tuple | None = None  # (tracker version, segments, finished steps, rank_of)
 
     # ---------------------------------------------------------- feeding (event loop, history gate held)
 
@@ -189,10 +191,23 @@ class Timeline:
     # ---------------------------------------------------------- reading (any thread, history gate held)
 
     def steps(self, now: float, rows: Iterable[ActorRow]) -> tuple[Step, ...]:
+        """The last steps at ``now``. Finished steps change only when the calls do (a poll that saw a task
+        start or end, exact rows): they are rebuilt then; the running one at every snapshot."""
         if not self.enabled:
             return ()
-        rank = {a.actor_id: a.rank for a in rows}
-        return self.tracker.steps(now, lambda aid: rank.get(aid or ""))
+        tr = self.tracker
+        cache = self._cache
+        if cache is None or cache[0] != tr.version:
+            rank = {a.actor_id: a.rank for a in rows}
+            rank_of = (lambda aid: rank.get(aid or ""))  # noqa: E731
+            segs = segment(tr.views())
+            start_at = max(0, len(segs) - tr.keep_steps)
+            done = steps_of(segs, range(start_at, len(segs) - 1), now, tr.first_index, rank_of)
+            cache = self._cache = (tr.version, segs, done, rank_of)
+        _, segs, done, rank_of = cache
+        if not segs:
+            return ()
+        return done + steps_of(segs, (len(segs) - 1,), now, tr.first_index, rank_of)
 
 
 class Work:

@@ -74,9 +74,10 @@ def step_line(s: Step, width: int, scale: float, now: float, selected: bool = Fa
         style = f"black on {PHASE_STYLE.get(ph or 'other', '#3a3a3a')}"
         if ph == "other":
             style = f"grey70 on {PHASE_STYLE['other']}"
+        label = label.ljust(n)[:n]
         if overflow and k == len(spans) - 1:
-            label = (label[: n - 1] + "»") if n > 1 else "»"
-        t.append(label.ljust(n)[:n], style=style)
+            label = label[: n - 1] + "»"  # the step runs on past the scale
+        t.append(label, style=style)
     if s.running:
         t.append("◀", style="bold yellow")
     return t
