@@ -194,12 +194,13 @@ def child_engine(url: str, seconds: float, timeline: str) -> None:
 
 
 def bench_timeline(quick: bool) -> list[tuple]:
-    """What the step timeline adds to the engine's poll cost at 1,024 ranks (a 16 s step, so several steps
-    complete and are refined while it is measured); runs alternate so drift hits both alike."""
+    """What the step timeline adds to the engine's poll cost at 1,024 ranks. The job runs at twice the
+    speed (a 32 s step: two or three complete, are refined and read back while it is measured, and a phase
+    changes every few polls, more often than in a real job); runs alternate so drift hits both alike."""
     secs = 30.0 if quick else 60.0
     # two steps of finished tasks (Ray's GCS keeps 100,000 attempts: ten steps here; the synthetic server would
     # spend the cores listing them)
-    srv = FakeServer(128, 8, speed=4.0, max_finished=20_000)
+    srv = FakeServer(128, 8, speed=2.0, max_finished=20_000)
     try:
         runs: dict[str, list[dict]] = {"on": [], "off": []}
         for mode in ("off", "on", "off", "on"):

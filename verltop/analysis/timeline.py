@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from verltop.analysis.roles import phase_of_method
 from verltop.analysis.steps import CallView, build_steps, segment
@@ -36,9 +37,9 @@ INF = float("inf")
 EVENT_LAG_S = 1.0
 
 
-@dataclass(slots=True)
-class Run:
-    """One rank's run of a method."""
+class Run(NamedTuple):
+    """One rank's run of a method. A tuple of plain values: the garbage collector leaves thousands of them
+    (one per rank per call) out of its scans."""
 
     task_id: str
     actor_id: str | None
@@ -178,8 +179,8 @@ class StepTracker:
         self.keep_steps = keep_steps
         self.calls: list[Call] = []
         self.by_key: dict[tuple[str, str], list[Call]] = {}
-        self.live: dict[str, tuple[Run, Call]] = {}  # runs of calls not yet settled, by task id
-        self._running: dict[str, Run] = {}
+        self.live: dict[str, Call] = {}  # calls not yet settled, by the task id of each of their runs
+        self._running: dict[str, Call] = {}  # of those, the runs the last poll saw running
         self._last_poll_s: float | None = None
         self.first_index = 1
         self.horizon_s = -INF  # exact rows older than this belong to steps already dropped
@@ -209,21 +210,22 @@ class StepTracker:
             if phase is None:
                 continue
             s = start if start is not None else (prev + now) / 2
-            run = Run(tid, aid, min(s, now), None, now, start_hi_s=now)
-            call = self._place(group, method, name, phase, run)
+            call = self._place(group, method, name, phase, Run(tid, aid, min(s, now), None, now, False, now))
             if call is not None:
-                self._running[tid] = run
+                self._running[tid] = call
                 touched.add(call)
-                self._count(name, aid)
+                if self.name_rows:
+                    self._count(name, aid)
         if complete:
-            for tid in [t for t in self._running if t not in seen]:
-                run = self._running.pop(tid)
-                run.end_s = max(run.start_s, (prev + now) / 2)
-                run.end_lo_s = max(run.start_s, min(run.end_s, prev - EVENT_LAG_S))
-                entry = self.live.get(tid)
-                if entry is not None:
-                    entry[1].finished(run)
-                    touched.add(entry[1])
+            for tid in self._running.keys() - seen:
+                call = self._running.pop(tid)
+                run = call.runs.get(tid) if call.runs is not None else None
+                if run is None:
+                    continue
+                end = max(run.start_s, (prev + now) / 2)
+                run = call.runs[tid] = run._replace(end_s=end, end_lo_s=max(run.start_s, min(end, prev - EVENT_LAG_S)))
+                call.finished(run)
+                touched.add(call)
         self._last_poll_s = now
         self._touch(touched)
 
@@ -235,36 +237,44 @@ class StepTracker:
         """Finished runs with Ray's own start and end (the seed, refinement answers). Known runs become exact;
         unknown ones are placed (a call no poll saw). Returns how many were new."""
         touched: set[Call] = set()
-        refreshed: set[Call] = set()
+        refreshed: dict[Call, tuple[dict[float, float], dict[float, float]]] = {}
         new = 0
         for tid, aid, group, method, name, start, end in sorted(rows, key=lambda r: r[5]):
-            entry = self.live.get(tid)
-            if entry is not None:
-                run, call = entry
-                if not run.exact and call.runs:
-                    # ranks of one dispatch start together and end within a collective of each other: the runs
-                    # the polls saw start (end) in the same interval take this run's exact time as estimate
-                    for r in call.runs.values():
-                        if r.exact or r is run:
-                            continue
-                        if r.start_s == run.start_s:
-                            r.start_s = min(start, r.start_hi_s) if r.start_hi_s is not None else start
-                        if r.end_s is not None and r.end_s == run.end_s:
-                            r.end_s = max(end, r.start_s)
-                run.start_s, run.end_s, run.end_lo_s, run.exact, run.start_hi_s = start, end, end, True, None
+            call = self.live.get(tid)
+            run = call.runs.get(tid) if call is not None and call.runs is not None else None
+            if call is not None and run is not None:
+                starts, ends = refreshed.setdefault(call, ({}, {}))
+                if not run.exact:
+                    starts.setdefault(run.start_s, start)
+                    if run.end_s is not None:
+                        ends.setdefault(run.end_s, end)
+                call.runs[tid] = run._replace(start_s=start, end_s=end, end_lo_s=end, exact=True, start_hi_s=None)
                 self._running.pop(tid, None)
-                refreshed.add(call)
                 continue
             phase = phase_of_method(method)
             if phase is None or start < self.horizon_s or tid in self._running:
                 continue
-            call = self._place(group, method, name, phase, Run(tid, aid, start, end, end, True))
+            call = self._place(group, method, name, phase, Run(tid, aid, start, end, end, True, None))
             if call is not None:
                 touched.add(call)
                 new += 1
-        for c in refreshed:
+        for c, (starts, ends) in refreshed.items():
+            # ranks of one dispatch start together and end within a collective of each other: the runs the
+            # polls saw start (end) in the same interval as one read exactly take its time as their estimate
+            if (starts or ends) and c.runs:
+                for k, r in c.runs.items():
+                    if r.exact:
+                        continue
+                    ns = starts.get(r.start_s, r.start_s)
+                    if r.start_hi_s is not None:
+                        ns = min(ns, r.start_hi_s)
+                    ne = ends.get(r.end_s, r.end_s) if r.end_s is not None else None
+                    if ne is not None:
+                        ne = max(ne, ns)
+                    if ns != r.start_s or ne != r.end_s:
+                        c.runs[k] = r._replace(start_s=ns, end_s=ne)
             c.update()
-        self._touch(touched | refreshed)
+        self._touch(touched | set(refreshed))
         return new
 
     def _place(self, group: str, method: str, name: str, phase: str, run: Run) -> Call | None:
@@ -287,7 +297,7 @@ class StepTracker:
             lst.sort(key=lambda c: c.start_s)
             self.calls.append(call)
         call.add(run)
-        self.live[run.task_id] = (run, call)
+        self.live[run.task_id] = call
         return call
 
     def _count(self, name: str, actor_id: str | None) -> None:

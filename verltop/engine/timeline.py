@@ -65,6 +65,8 @@ class Timeline:
         self._groups: dict[str, tuple[RawActor, str | None]] = {}
         self._methods: dict[str, str] = {}
         self._cache: tuple | None = None  # (tracker version, segments, finished steps, rank_of)
+        self._last_ids: set[str] = set()
+        self._skip_actors: set[str] = set()
 
     # ---------------------------------------------------------- feeding (event loop, history gate held)
 
@@ -73,14 +75,20 @@ class Timeline:
             return
         tasks = list(tasks)
         ids = {t.task_id for t in tasks}
+        fresh = ids - self._last_ids  # set arithmetic in C: only tasks not in the last poll are looked at
+        self._last_ids = ids
         tr, ign = self.tracker, self._ignored
         rows: list[Observed] = []
-        for t in tasks:  # only tasks not seen before cost more than two set lookups
+        skip = self._skip_actors
+        for t in tasks if fresh else ():
             tid = t.task_id
-            if tid in ign or tr.knows(tid):
+            if tid not in fresh or t.actor_id in skip or tid in ign or tr.knows(tid):
                 continue
             a = actors.get(t.actor_id or "")
             g = self._group(a) if a is not None else None
+            if g is None and a is not None:
+                skip.add(a.actor_id)  # a server's or the controller's: none of its tasks is a step's
+                continue
             method = self._methods.get(t.func_name)
             if method is None:
                 method = self._methods[t.func_name] = R.method_of(t.func_name) or t.name
