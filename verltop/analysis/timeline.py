@@ -50,6 +50,13 @@ class Run(NamedTuple):
     start_hi_s: float | None = None  # first seen running (the start lies before); None once exact
 
 
+_new = tuple.__new__  # a Run without NamedTuple's Python-level __new__ (thousands per phase change)
+
+
+def _end(r: Run) -> float:
+    return r.end_s  # type: ignore[return-value]
+
+
 class Call:
     """Every rank's run of one method in one dispatch. Once settled, only its aggregates are kept."""
 
@@ -93,10 +100,36 @@ class Call:
             self.finished(run)
         self._view = None
 
+    def add_many(self, runs: list[Run]) -> None:
+        """Runs seen running for the first time, all at once (a dispatch of 1,000 ranks in one poll)."""
+        assert self.runs is not None
+        self.runs.update((r.task_id, r) for r in runs)
+        self.n += len(runs)
+        self.running += len(runs)
+        self.start_s = min(self.start_s, min(r.start_s for r in runs))
+        hi = min(r.start_s if r.start_hi_s is None else r.start_hi_s for r in runs)
+        if self.start_hi_s is None or hi < self.start_hi_s:
+            self.start_hi_s = hi
+        self._view = None
+
     def _hi(self, run: Run) -> None:
         hi = run.start_s if run.start_hi_s is None else run.start_hi_s
         if self.start_hi_s is None or hi < self.start_hi_s:
             self.start_hi_s = hi
+
+    def finished_many(self, runs: list[Run]) -> None:
+        """``runs`` (counted as running) ended."""
+        self.running -= len(runs)
+        first = min(runs, key=_end)
+        last = max(runs, key=_end)
+        if self.first_end_s is None or first.end_s < self.first_end_s:  # type: ignore[operator]
+            self.first_end_s = first.end_s
+        if self.last_end_s is None or last.end_s >= self.last_end_s:  # type: ignore[operator]
+            self.last_end_s = last.end_s
+            if not self.running:
+                self.late_actor_id = last.actor_id
+        self.end_lo_s = max(self.end_lo_s, max(r.end_lo_s for r in runs))
+        self._view = None
 
     def finished(self, run: Run) -> None:
         """``run`` (counted as running) ended."""
@@ -203,29 +236,54 @@ class StepTracker:
         if seen is None:
             seen = {r[0] for r in rows}
         touched: set[Call] = set()
+        guess = (prev + now) / 2
+        by_key: dict[tuple[str, str, str], list[Run]] = {}
         for tid, aid, group, method, name, start in rows:
             if tid in self._running or tid in self.live:
                 continue
+            s = guess if start is None else min(start, now)
+            by_key.setdefault((group, method, name), []).append(_new(Run, (tid, aid, s, None, now, False, now)))
+        for (group, method, name), runs in by_key.items():
             phase = phase_of_method(method)
             if phase is None:
                 continue
-            s = start if start is not None else (prev + now) / 2
-            call = self._place(group, method, name, phase, Run(tid, aid, min(s, now), None, now, False, now))
-            if call is not None:
-                self._running[tid] = call
-                touched.add(call)
-                if self.name_rows:
-                    self._count(name, aid)
-        if complete:
-            for tid in self._running.keys() - seen:
-                call = self._running.pop(tid)
-                run = call.runs.get(tid) if call.runs is not None else None
-                if run is None:
+            lst = self.by_key.get((group, method))
+            call = lst[-1] if lst else None
+            if call is None or call.runs is None or not call.running:  # a new dispatch (or one seen ending)
+                call = self._place(group, method, name, phase, runs[0])
+                if call is None:
                     continue
-                end = max(run.start_s, (prev + now) / 2)
-                run = call.runs[tid] = run._replace(end_s=end, end_lo_s=max(run.start_s, min(end, prev - EVENT_LAG_S)))
-                call.finished(run)
-                touched.add(call)
+                self._running[runs[0].task_id] = call
+                runs = runs[1:]
+            if runs:  # the rest of a dispatch seen running: they all join it
+                call.add_many(runs)
+                ids = dict.fromkeys((r.task_id for r in runs), call)
+                self.live.update(ids)
+                self._running.update(ids)
+            touched.add(call)
+            if self.name_rows:
+                for r in runs:
+                    self._count(name, r.actor_id)
+        if complete:
+            gone: dict[Call, list[str]] = {}
+            for tid in self._running.keys() - seen:
+                gone.setdefault(self._running.pop(tid), []).append(tid)
+            lo = prev - EVENT_LAG_S
+            for call, tids in gone.items():
+                runs = call.runs
+                if runs is None:
+                    continue
+                ended = []
+                for tid in tids:  # ended between the last poll and this one: the middle, ± half a poll
+                    r = runs.get(tid)
+                    if r is not None:
+                        st = r[2]
+                        e = guess if guess > st else st
+                        r = runs[tid] = _new(Run, (tid, r[1], st, e, min(e, lo) if lo > st else st, r[5], r[6]))
+                        ended.append(r)
+                if ended:
+                    call.finished_many(ended)
+                    touched.add(call)
         self._last_poll_s = now
         self._touch(touched)
 

@@ -163,17 +163,18 @@ class Timeline:
         try:
             results = await asyncio.gather(*(one(q) for q in queries))
             await gate()
-            known = actors()
+            got: list[RawTask] = []
             for q, r in zip(queries, results, strict=True):
                 self.stats.requests += 1
                 if not r.ok or r.value is None:
                     self.stats.failed += 1
                     continue
                 rows, total = r.value
-                self.stats.rows += len(rows)
-                self.add_finished(rows, known)
+                got += rows
                 if q.name is not None and total is not None:
                     self.tracker.record_rows(q.name, q.actor_id, total)
+            self.stats.rows += len(got)
+            self.add_finished(got, actors())  # at once: each call touched is recomputed once
         except asyncio.CancelledError:
             raise
         except Exception:
