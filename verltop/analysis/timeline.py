@@ -157,25 +157,37 @@ class Call:
         return start and (self.first_end_s is None or first) and (self.running > 0 or last)
 
     def update(self) -> None:
-        """Recompute everything from the runs (after their times changed)."""
+        """Recompute everything from the runs (after their times changed), in one pass."""
         runs = self.runs
         if not runs:
             return
-        rs = runs.values()
-        self.n = len(runs)
-        self.start_s = min(r.start_s for r in rs)
-        self.start_hi_s = None
-        for r in rs:
-            self._hi(r)
-        ended = [r for r in rs if r.end_s is not None]
-        self.running = self.n - len(ended)
-        self.first_end_s = min(r.end_s for r in ended) if ended else None  # type: ignore[type-var]
-        self.last_end_s = max(r.end_s for r in ended) if ended else None  # type: ignore[type-var]
-        if self.running:
-            self.late_actor_id = next(r.actor_id for r in rs if r.end_s is None)
-        elif ended:
-            self.late_actor_id = max(ended, key=lambda r: r.end_s).actor_id  # type: ignore[arg-type,return-value]
-        self.end_lo_s = max((r.end_lo_s for r in ended), default=self.start_s)
+        start = hi = INF
+        first = last = lo = None
+        late = None
+        running = 0
+        for r in runs.values():
+            st = r[2]
+            if st < start:
+                start = st
+            h = st if r[6] is None else r[6]
+            if h < hi:
+                hi = h
+            e = r[3]
+            if e is None:
+                running += 1
+                continue
+            if first is None or e < first:
+                first = e
+            if last is None or e >= last:
+                last, late = e, r[1]
+            if lo is None or r[4] > lo:
+                lo = r[4]
+        self.n, self.running = len(runs), running
+        self.start_s, self.start_hi_s = start, hi
+        self.first_end_s, self.last_end_s = first, last
+        self.end_lo_s = lo if lo is not None else start
+        if not running:
+            self.late_actor_id = late
         self._view = None
 
     def view(self) -> CallView:
@@ -319,18 +331,20 @@ class StepTracker:
         for c, (starts, ends) in refreshed.items():
             # ranks of one dispatch start together and end within a collective of each other: the runs the
             # polls saw start (end) in the same interval as one read exactly take its time as their estimate
-            if (starts or ends) and c.runs:
-                for k, r in c.runs.items():
-                    if r.exact:
+            runs = c.runs
+            if (starts or ends) and runs:
+                for k, r in list(runs.items()):
+                    if r[5]:  # exact
                         continue
-                    ns = starts.get(r.start_s, r.start_s)
-                    if r.start_hi_s is not None:
-                        ns = min(ns, r.start_hi_s)
-                    ne = ends.get(r.end_s, r.end_s) if r.end_s is not None else None
-                    if ne is not None:
-                        ne = max(ne, ns)
-                    if ns != r.start_s or ne != r.end_s:
-                        c.runs[k] = r._replace(start_s=ns, end_s=ne)
+                    st, en, hi = r[2], r[3], r[6]
+                    ns = starts.get(st, st)
+                    if hi is not None and hi < ns:
+                        ns = hi
+                    ne = ends.get(en, en) if en is not None else None
+                    if ne is not None and ne < ns:
+                        ne = ns
+                    if ns != st or ne != en:
+                        runs[k] = _new(Run, (r[0], r[1], ns, ne, r[4], False, hi))
             c.update()
         self._touch(touched | set(refreshed))
         return new
