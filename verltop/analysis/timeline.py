@@ -9,7 +9,7 @@ task id, and sorts by task id before cutting), so the timeline is built in three
 2. **Exact**, when a step completes: per method, Ray's task events (start and end to the millisecond),
    read with the source-side filters, within a budget of rows (``plan``): the ``name`` filter while Ray holds
    few runs of that method, else one rank's runs (``name`` + ``actor_id``), else single tasks by id (the
-   first and last ranks to start and finish). A call no poll saw (shorter than a poll) is found only by the
+   first rank to start, the first and last to finish). A call no poll saw (shorter than a poll) is found only by the
    first two.
 3. **Seeded** at start from the finished tasks the engine reads once.
 
@@ -29,7 +29,7 @@ from verltop.model import Step
 KEEP_STEPS = 32
 MAX_CALLS = 2000  # a job whose calls never form steps (no updates) must not grow it
 NAME_ROWS_BUDGET = 256  # rows (about 2.3 KB each at detail=1) one finished-task query may match
-TASK_QUERIES_PER_CALL = 4  # exact times for the extremes of a call no cheaper query covers
+TASK_QUERIES_PER_CALL = 3  # exact times for the extremes of a call no cheaper query covers
 EPS = 1e-6
 INF = float("inf")
 # Ray's workers report task events about once a second (task_events_report_interval_ms): a task may still
@@ -445,8 +445,8 @@ class StepTracker:
 
         Per task name: the ``name`` filter while Ray holds at most ``NAME_ROWS_BUDGET`` runs of it (it also
         finds calls no poll saw); else one rank's runs (``name`` + ``actor_id``) when a step lacks a call of a
-        method its group ran around it; else, for calls only the polls saw, single tasks by id (the ranks
-        that started and finished first and last)."""
+        method run around it; else, for calls only the polls saw, single tasks by id (the first rank to
+        start, the first and last to finish)."""
         segs = segment(self.views())
         first = next((i for i, s in enumerate(segs[:-1]) if s[0].start_s >= self.checked_until_s), None)
         if first is None:
@@ -525,14 +525,14 @@ def _overlaps(c: Call, run: Run) -> bool:
 
 
 def _extremes(c: Call) -> list[str]:
-    """Task ids of the runs that bound a call: all of them when few, else the first and last to start and to
-    finish (ties broken apart, so a call whose ranks all ended in one poll interval still gets two)."""
+    """Task ids of the runs that bound a call: all of them when few, else the first to start and the first and
+    last to finish (ties broken apart, so a call whose ranks all ended in one poll interval still gets two)."""
     if not c.runs:
         return []
     rs = [r for r in c.runs.values() if not r.exact]
     if len(rs) <= TASK_QUERIES_PER_CALL:
         return [r.task_id for r in rs]
-    picks = [min(rs, key=lambda r: (r.start_s, r.task_id)), max(rs, key=lambda r: (r.start_s, r.task_id))]
+    picks = [min(rs, key=lambda r: (r.start_s, r.task_id))]
     ended = [r for r in rs if r.end_s is not None]
     if ended:
         picks += [min(ended, key=lambda r: (r.end_s, r.task_id)), max(ended, key=lambda r: (r.end_s, r.task_id))]
