@@ -71,6 +71,6 @@ def test_power_is_kept_when_known():
 
 def test_sparkline():
     assert spark([0, 1, 2, 3, 4, 5, 6, 7]) == "▁▂▃▄▅▆▇█"
-    assert spark([None, 5.0, 5.0]) == " ██"  # flat: the top of its own range
+    assert spark([None, 5.0, 5.0]) == " ▅▅"  # flat: mid-height, not a wall
     assert spark([100.0, 100.5]) is not None and spark([None]) is None
     assert spark([0.0, 50.0], lo=0.0, hi=100.0) == "▁▅"

@@ -203,7 +203,9 @@ def spark(values: Iterable[float | None], lo: float | None = None, hi: float | N
     top = max(known) if hi is None else hi
     bottom = min(known) if lo is None else lo
     span = max(top - bottom, abs(top) * 0.05, 1e-9)
-    if hi is None:
+    if hi is None and lo is None and top - bottom < span:  # (nearly) flat: draw it mid-height, not as a wall
+        bottom = (top + bottom) / 2 - span / 2
+    elif hi is None:
         bottom = top - span
     out = []
     for v in vs:

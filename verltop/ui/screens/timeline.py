@@ -13,7 +13,15 @@ from verltop import fmt
 from verltop.model import Snapshot, Step
 from verltop.ui import keymap
 from verltop.ui.widgets.footer import Footer
-from verltop.ui.widgets.step_chart import header_text, legend, scale_s, step_detail, step_line, worst_skew
+from verltop.ui.widgets.step_chart import (
+    SHORT,
+    header_text,
+    legend,
+    scale_s,
+    step_detail,
+    step_line,
+    worst_skew,
+)
 from verltop.ui.widgets.text_line import TextLine
 
 
@@ -75,16 +83,19 @@ class TimelineScreen(Screen):
             self.query_one("#timeline-detail", Static).update("")
             return
         scale = scale_s(self.steps, now)
+        notes = {s.index: w for s in self.steps if (w := worst_skew(s)) is not None}
+        room = min(24, width // 4) if notes else 0  # the late-rank note after the bar, when there is one
         lines = []
         for s in self.steps:
-            line = step_line(s, width - 26, scale, now, selected=cur is not None and s.index == cur.index)
-            w = worst_skew(s)
+            line = step_line(s, width - room, scale, now, selected=cur is not None and s.index == cur.index)
+            w = notes.get(s.index)
             if w is not None:
-                who = f"rank {w.late_rank}" if w.late_rank is not None else "last"
-                line.append(f"  ⚠ {w.phase} {who} +{fmt.duration(w.skew_s)}", style="bold red")
+                who = f"r{w.late_rank}" if w.late_rank is not None else "last"
+                line.append(f" ⚠ {SHORT.get(w.phase, w.phase)} {who} +{fmt.duration(w.skew_s)}", style="bold red")
+            line.truncate(width, overflow="ellipsis")
             lines.append(line)
         self.query_one("#timeline-steps", Static).update(Text("\n").join(lines))
-        self.query_one("#timeline-detail", Static).update(step_detail(cur, now) if cur else "")
+        self.query_one("#timeline-detail", Static).update(step_detail(cur, now, width) if cur else "")
         if self.selected is None:
             self.query_one("#timeline-box", VerticalScroll).scroll_end(animate=False)
 

@@ -160,31 +160,37 @@ def skew_sentence(r: PhaseRun, now: float) -> str:
     return f"{who} finished {r.method} {fmt.duration(r.skew_s)} after the first of its peers"
 
 
-def step_detail(s: Step, now: float) -> Text:
-    """What each phase of a step took, its ranks, the arrival skew, and whether the times are exact."""
-    t = Text()
+def step_detail(s: Step, now: float, width: int = 120) -> Text:
+    """What each phase of a step took, its ranks, the arrival skew, and whether the times are exact; one
+    line per phase, cut to ``width`` (the method name goes last: it is what a narrow screen can lose)."""
+    head = Text(no_wrap=True, overflow="ellipsis")
     dur = s.duration_s if s.duration_s is not None else now - s.started_at
-    t.append(f"step {s.index}   ", style="bold")
-    t.append(f"{fmt.duration(dur)}{' so far' if s.running else ''}", style="bold yellow" if s.running else "bold")
-    t.append("   times from Ray's task events" if s.exact else "   times as the polls saw them (± half a poll)",
-             style="grey70")
-    t.append("\n")
+    head.append(f"step {s.index}   ", style="bold")
+    head.append(f"{fmt.duration(dur)}{' so far' if s.running else ''}", style="bold yellow" if s.running else "bold")
+    head.append("   times from Ray's task events" if s.exact else "   times as the polls saw them (± half a poll)",
+                style="grey70")
+    lines = [head]
     secs = dict(s.phases) if not s.running else {**dict(s.phases), **live_phases(s, now)}
     for r in s.runs:
+        t = Text(no_wrap=True, overflow="ellipsis")
         style = PHASE_STYLE.get(r.phase, "")
         t.append(f"  {r.phase:<14}", style=f"bold {style}")
         t.append(f"{fmt.duration(r.duration_s(now)):>7}", style="bold yellow" if r.end_s is None else "")
-        t.append(f"  {r.group}.{r.method}"[:48].ljust(50), style="grey70")
-        t.append(f"{r.ranks} rank{'s' if r.ranks != 1 else ''}".ljust(10))
+        t.append(f"  {r.ranks:>4} rank{'s' if r.ranks != 1 else ' '}")
         if r.running:
-            t.append(f"{r.running} running  ", style="yellow")
+            t.append(f"  {r.running} running", style="yellow")
+        big = False
         if r.skew_s is not None:
             big = r.skew_s >= NOTABLE_SKEW_S and r.skew_s >= 0.1 * max(r.duration_s(now), 1e-9)
-            t.append(f"skew {fmt.duration(r.skew_s)}", style="bold red" if big else "grey70")
-            if big:
-                t.append(f"  {skew_sentence(r, now)}", style="red")
-        t.append("\n")
+            t.append(f"  skew {fmt.duration(r.skew_s)}", style="bold red" if big else "grey70")
+        if big:
+            t.append(f"  {skew_sentence(r, now)}", style="red")
+        else:
+            t.append(f"  {r.group}.{r.method}", style="grey50")
+        lines.append(t)
     if "other" in secs:
-        t.append(f"  {'other':<14}{fmt.duration(secs['other']):>7}  controller and gaps between calls "
-                 "(advantages, data loading)\n", style="grey70")
-    return t
+        lines.append(Text(f"  {'other':<14}{fmt.duration(secs['other']):>7}  controller and gaps between calls "
+                          "(advantages, data loading)", style="grey70", no_wrap=True, overflow="ellipsis"))
+    for t in lines:
+        t.truncate(max(20, width), overflow="ellipsis")
+    return Text("\n").join(lines)
