@@ -186,3 +186,25 @@ def test_runs_of_one_dispatch_form_one_call_and_the_next_dispatch_another():
 
 def test_query_shapes():
     assert Query(name="x") != Query(name="x", actor_id="a")
+
+
+def test_a_stuck_step_plans_its_finished_calls_once():
+    job = Job(3)
+    # step 3's update_actor: rank 2 finishes ten minutes after its peers; nothing after it has begun
+    last = "2-WorkerDict.actor_rollout_update_actor-2"
+    job.runs = [(r[0], r[1], r[2], r[3], r[4], r[5] + 600) if r[0] == last else r for r in job.runs
+                if not (r[0].startswith("2-") and "update_weights" in r[0])]
+    ua = next(r for r in job.runs if r[0] == last)
+    t = StepTracker()
+    t.add_exact(job.finished({"WorkerDict.rm_compute_rm_score"})[:4])  # as the seed names it
+    poll(t, job, 1000.0, ua[5] - 300)
+    queries, calls, through = t.plan_current()
+    assert calls and all(c.end_s is not None for c in calls)
+    assert {c.phase for c in calls} >= {"gen", "update_critic"} and "update_actor" not in {c.phase for c in calls}
+    names = {q.name for q in queries if q.name}
+    assert "WorkerDict.rm_compute_rm_score" in names  # ran before this point last step; no poll saw it now
+    assert "WorkerDict.actor_rollout_update_weights" not in names  # comes after: not missing yet
+    assert "WorkerDict.actor_rollout_update_actor" not in names  # still running
+    assert through == t.checked_until_s  # the running step stays unchecked
+    t.refined(calls, through)
+    assert t.plan_current()[1] == []

@@ -87,3 +87,29 @@ async def test_one_shot_snapshot_fills_steps_from_the_seed():
     assert set(doc) == {"index", "started_at", "duration_s", "phases", "skew_s"}
     assert doc["duration_s"] == pytest.approx(c.step_len, abs=0.1)
     assert doc["phases"]["update_actor"] > 0 and doc["phases"]["reward"] is None  # no reward model here
+
+
+async def test_a_hung_step_gets_its_finished_phases_read_exactly():
+    c = FakeCluster(nodes=1, gpus_per_node=4, seed=2, speed=10.0, history_s=40.0)  # 6.3 s steps
+    async with FakeDashboard(c) as fd:
+        mon = monitor(fd.url)
+        mon.start()
+        try:
+            await wait_steps(mon, 3, timeout=30)
+            while c.position()["phase"] not in ("update_critic", "update_actor"):
+                await asyncio.sleep(0.1)
+            c.set_hang(rank=1)  # freezes the phase running now: every rank stays in it
+            deadline = time.monotonic() + 40
+            while True:
+                await asyncio.sleep(1.0)
+                snap = await mon.publish_now()
+                cur = snap.steps[-1]
+                done = [r for r in cur.runs if r.end_s is not None]
+                if cur.running and snap.taken_at - cur.started_at > 3.5 * c.step_len and done and \
+                        all(r.exact for r in done):
+                    break
+                assert time.monotonic() < deadline, [(r.phase, r.exact, r.end_s) for r in cur.runs]
+        finally:
+            await mon.stop()
+    hung = [r for r in cur.runs if r.end_s is None]
+    assert hung and all(r.running == r.ranks for r in hung)

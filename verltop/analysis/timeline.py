@@ -299,6 +299,10 @@ class StepTracker:
         self._last_poll_s = now
         self._touch(touched)
 
+    @property
+    def last_poll_s(self) -> float | None:
+        return self._last_poll_s
+
     def polled(self, now: float) -> None:
         """A poll whose answer did not change: every running run still ran at ``now``."""
         self._last_poll_s = now
@@ -439,6 +443,21 @@ class StepTracker:
 
     # ---------------------------------------------------------- refinement
 
+    def plan_current(self, max_queries: int = 24) -> tuple[list[Query], list[Call], float]:
+        """As ``plan``, for the finished calls of the running step (one that runs far longer than usual: a
+        hang, a late rank), once: its short phases, which the polls may have missed, and exact times for the
+        phases before the one it is stuck in."""
+        segs = segment(self.views())
+        if len(segs) < 2:
+            return [], [], self.checked_until_s
+        cur, prev = segs[-1], segs[-2]
+        t0, p0 = cur[0].start_s, prev[0].start_s
+        reached = max(v.start_s for v in cur) - t0
+        # what the step before ran up to the same point in its step
+        before = {_call(v).name for v in prev if v.start_s - p0 <= reached} - {_call(v).name for v in cur}
+        return self._queries([[v for v in cur if v.end_s is not None]], before, max_queries,
+                             self.checked_until_s)
+
     def plan(self, max_queries: int = 24) -> tuple[list[Query], list[Call], float]:
         """What to read from Ray's finished tasks to make the completed, unchecked steps exact: ``(queries,
         the calls they cover, the time through which steps are then checked)``.
@@ -451,9 +470,11 @@ class StepTracker:
         first = next((i for i, s in enumerate(segs[:-1]) if s[0].start_s >= self.checked_until_s), None)
         if first is None:
             return [], [], self.checked_until_s
-        done = segs[first:-1]
-        through = segs[-1][0].start_s
         names = {_call(v).name for s in segs[max(0, first - 2):] for v in s}  # run around these steps
+        return self._queries(segs[first:-1], names, max_queries, segs[-1][0].start_s)
+
+    def _queries(self, done: list[list[CallView]], names: set[str], max_queries: int, through: float
+                 ) -> tuple[list[Query], list[Call], float]:
         inexact: dict[str, list[Call]] = {}
         missing: dict[str, str | None] = {}  # task name -> an actor of its group that ran it
         covered: list[Call] = []
@@ -462,8 +483,10 @@ class StepTracker:
             for v in s:
                 c = _call(v)
                 present.add(c.name)
+                if c.refined:
+                    continue
                 covered.append(c)
-                if not c.exact and not c.refined:
+                if not c.exact:
                     inexact.setdefault(c.name, []).append(c)
             for name in names:  # run around these steps, not in this one: a call no poll saw?
                 if name not in present:

@@ -384,6 +384,7 @@ class Monitor(Engine):
             self._last_task_poll = r.taken_at
             await self._hist_ready()
             self.timeline.tracker.polled(r.taken_at)  # nothing started or ended up to now
+            self.timeline.maybe_refine(self._actor_map, self._hist_ready)  # a step stuck this long?
             return
         rows = r.value or []
         if detailed:

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from verltop.analysis import roles as R
-from verltop.analysis.steps import segment, steps_of
+from verltop.analysis.steps import median_step_s, segment, steps_of
 from verltop.analysis.timeline import NAME_ROWS_BUDGET, Finished, Observed, Query, StepTracker
 from verltop.analysis.trends import Trend, Trends
 from verltop.analysis.view import group_key
@@ -67,6 +67,7 @@ class Timeline:
         self._cache: tuple | None = None  # (tracker version, segments, finished steps, rank_of)
         self._last_ids: set[str] = set()
         self._skip_actors: set[str] = set()
+        self._stuck_done: float | None = None  # the running step whose finished calls were read already
 
     # ---------------------------------------------------------- feeding (event loop, history gate held)
 
@@ -134,10 +135,14 @@ class Timeline:
         """Start a refinement round if a step completed since the last plan and none is running."""
         if not self.enabled or (self._task is not None and not self._task.done()):
             return
-        if self.tracker.version == self._planned_version:
-            return
-        self._planned_version = self.tracker.version
-        queries, calls, through = self.tracker.plan()
+        queries: list[Query] = []
+        calls: list = []
+        through = self.tracker.checked_until_s
+        if self.tracker.version != self._planned_version:
+            self._planned_version = self.tracker.version
+            queries, calls, through = self.tracker.plan()
+        if not calls:
+            queries, calls, through = self._stuck_step()
         if not calls:
             return
         if not queries:
@@ -145,6 +150,19 @@ class Timeline:
             return
         self._task = asyncio.create_task(self._round(queries, calls, through, actors, gate),
                                          name="verltop-timeline-refine")
+
+    def _stuck_step(self) -> tuple[list[Query], list, float]:
+        """The running step, once it has run three times the median step: its finished calls made exact."""
+        cache = self._cache
+        if cache is None or len(cache[2]) < 3 or not cache[1]:
+            return [], [], self.tracker.checked_until_s
+        med = median_step_s(cache[2])
+        started = cache[1][-1][0].start_s
+        now = self.tracker.last_poll_s or 0.0
+        if med is None or started == self._stuck_done or now - started < 3 * med:
+            return [], [], self.tracker.checked_until_s
+        self._stuck_done = started
+        return self.tracker.plan_current()
 
     async def _round(self, queries: list[Query], calls: list, through: float,
                      actors: Callable[[], dict[str, RawActor]], gate: Callable[[], Awaitable[None]]) -> None:
