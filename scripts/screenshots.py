@@ -105,7 +105,7 @@ async def timeline_shots(pilot, app, handle, save) -> None:
         await pilot.pause(0.1)
         if handle.hung():
             break
-    await pilot.pause(12)
+    await pilot.pause(40)  # past three median steps: the stuck step's short phases are read exactly too
     save("timeline-late-rank")
     handle.release_hang()
     for _ in range(900):
