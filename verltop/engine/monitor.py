@@ -167,7 +167,7 @@ class Monitor(Engine):
             loop_specs.append((self._poll_local, lambda: self.iv.local_s, self.src.local))
         for fn, iv, st in loop_specs:
             self._tasks.append(asyncio.create_task(self._loop(fn, iv, st), name=f"verltop-{fn.__name__}"))
-        self._tasks.append(asyncio.create_task(self._guarded(self._seed_history, self.src.tasks)))
+        self._tasks.append(asyncio.create_task(self._seed_with_retries()))
         self._tasks.append(asyncio.create_task(self._publisher(), name="verltop-publisher"))
 
     async def stop(self) -> None:
@@ -282,6 +282,16 @@ class Monitor(Engine):
             method = R.method_of(t.func_name) or t.name
             if t.actor_id and method != "__init__":
                 self.hist.remember_method(t.actor_id, method)
+
+    async def _seed_with_retries(self, tries: int = 3, pause_s: float = 20.0) -> None:
+        """The seed, again if the dashboard did not answer it (it is the one read of finished tasks that
+        names every method the job runs: stall medians and the step timeline start from it)."""
+        for i in range(tries):
+            await self._guarded(self._seed_history, self.src.tasks)
+            if self.seeded:
+                return
+            if i + 1 < tries:
+                await asyncio.sleep(pause_s)
 
     async def _seed_history(self) -> None:
         r = await D.fetch_finished_runs(self.client, limit=2000, timeout_s=15.0)

@@ -77,7 +77,7 @@ class Timeline:
         tasks = list(tasks)
         ids = {t.task_id for t in tasks}
         fresh = ids - self._last_ids  # set arithmetic in C: only tasks not in the last poll are looked at
-        self._last_ids = ids
+        later: set[str] = set()  # tasks of actors not listed yet: looked at again next poll
         tr, ign = self.tracker, self._ignored
         rows: list[Observed] = []
         skip = self._skip_actors
@@ -86,17 +86,24 @@ class Timeline:
             if tid not in fresh or t.actor_id in skip or tid in ign or tr.knows(tid):
                 continue
             a = actors.get(t.actor_id or "")
-            g = self._group(a) if a is not None else None
-            if g is None and a is not None:
+            if a is None:
+                if t.actor_id:
+                    later.add(tid)
+                else:
+                    ign.add(tid)  # a plain task
+                continue
+            g = self._group(a)
+            if g is None:
                 skip.add(a.actor_id)  # a server's or the controller's: none of its tasks is a step's
                 continue
             method = self._methods.get(t.func_name)
             if method is None:
                 method = self._methods[t.func_name] = R.method_of(t.func_name) or t.name
-            if g is None or R.phase_of_method(method) is None:
+            if R.phase_of_method(method) is None:
                 ign.add(tid)
                 continue
             rows.append((tid, t.actor_id, g, method, t.name, t.start_time_ms / 1000.0 if t.start_time_ms else None))
+        self._last_ids = ids - later if later else ids
         if len(ign) > 2 * len(ids) + 64:
             self._ignored = ign & ids
         if len(self._methods) > 4096:
