@@ -26,6 +26,9 @@ MAIN = [
     Binding("escape", "clear_filter", "Clear filter", show=False, tooltip="clear the filter", id="clear-filter"),
     Binding("H", "inject_hang", "Hang (demo)", show=False, key_display="H",
             tooltip="(verltop demo only) make one rank hang now", id="inject-hang"),
+    Binding("L", "inject_late", "Late rank (demo)", show=False, key_display="L",
+            tooltip="(verltop demo only) make one rank finish update_actor late: its peers finish, the skew "
+            "grows on the timeline (t)", id="inject-late"),
 ]
 
 TABLE = [

@@ -209,14 +209,20 @@ class MainScreen(Screen):
     def action_dump_all(self) -> None:
         self._dump(None, True)
 
-    def action_inject_hang(self) -> None:
+    def action_inject_hang(self, kind: str = "collective") -> None:
         demo = self.app.demo
         if demo is None:
-            self.message("H only works in `verltop demo`")
+            self.message(f"{'H' if kind == 'collective' else 'L'} only works in `verltop demo`")
             return
         try:
-            demo.request_hang()
+            demo.request_hang(kind=kind)
         except OSError as e:
             self.message(f"could not request the hang: {e}", "error")
             return
-        self.message("demo: hang requested — one rank will stop at the next update_actor; watch it stall")
+        if kind == "late":
+            self.message("demo: one rank will finish the next update_actor late — t shows its skew growing")
+        else:
+            self.message("demo: hang requested — one rank will stop at the next update_actor; watch it stall")
+
+    def action_inject_late(self) -> None:
+        self.action_inject_hang("late")
