@@ -208,3 +208,20 @@ def test_a_stuck_step_plans_its_finished_calls_once():
     assert through == t.checked_until_s  # the running step stays unchecked
     t.refined(calls, through)
     assert t.plan_current()[1] == []
+
+
+def test_a_method_first_seen_late_is_looked_for_in_the_steps_already_checked():
+    job = Job(4)
+    t = StepTracker()
+    poll(t, job, 1000.0, job.end + 1)
+    t.new_names.clear()
+    queries, calls, through = t.plan()
+    t.refined(calls, through)
+    assert t.plan()[0] == []
+    # the reward model's 0.4 s calls: no poll saw one until now (a seed from before it first ran, say)
+    rm = [f for f in job.finished({"WorkerDict.rm_compute_rm_score"})][-2:]
+    t.add_exact(rm)
+    queries, calls, _ = t.plan()
+    assert [q.name for q in queries] == ["WorkerDict.rm_compute_rm_score"] and calls == []
+    t.add_exact(job.finished({"WorkerDict.rm_compute_rm_score"}))
+    assert all(s.phase_s("reward") == pytest.approx(0.4) for s in t.steps(job.end + 1))

@@ -233,6 +233,8 @@ class StepTracker:
         self.name_rows: dict[tuple[str, str | None], int] = {}  # rows Ray held for (name, actor) at last read
         self.version = 0
         self._calls_at_trim = 0
+        self.names: set[str] = set()  # every task name a call was made of
+        self.new_names: set[str] = set()  # of those, names learnt since the last plan
 
     # ---------------------------------------------------------- feeding
 
@@ -368,6 +370,9 @@ class StepTracker:
                     call = c
                     break
         if call is None:
+            if name not in self.names:  # a method not seen before: steps already checked may lack it too
+                self.names.add(name)
+                self.new_names.add(name)
             call = Call(group, method, name, phase, run.start_s)
             lst.append(call)
             lst.sort(key=lambda c: c.start_s)
@@ -468,15 +473,19 @@ class StepTracker:
         start, the first and last to finish)."""
         segs = segment(self.views())
         first = next((i for i, s in enumerate(segs[:-1]) if s[0].start_s >= self.checked_until_s), None)
+        learnt, self.new_names = self.new_names, set()
         if first is None:
-            return [], [], self.checked_until_s
+            if not learnt or len(segs) < 2:
+                return [], [], self.checked_until_s
+            # a method first seen now: the steps already checked may hold calls of it no poll saw
+            return self._queries([], set(), max_queries, self.checked_until_s, learnt)
         names = {_call(v).name for s in segs[max(0, first - 2):] for v in s}  # run around these steps
-        return self._queries(segs[first:-1], names, max_queries, segs[-1][0].start_s)
+        return self._queries(segs[first:-1], names, max_queries, segs[-1][0].start_s, learnt)
 
-    def _queries(self, done: list[list[CallView]], names: set[str], max_queries: int, through: float
-                 ) -> tuple[list[Query], list[Call], float]:
+    def _queries(self, done: list[list[CallView]], names: set[str], max_queries: int, through: float,
+                 learnt: set[str] = frozenset()) -> tuple[list[Query], list[Call], float]:
         inexact: dict[str, list[Call]] = {}
-        missing: dict[str, str | None] = {}  # task name -> an actor of its group that ran it
+        missing: dict[str, str | None] = {n: self._an_actor(n) for n in learnt}  # task name -> an actor of it
         covered: list[Call] = []
         for s in done:
             present = set()

@@ -319,6 +319,8 @@ class Monitor(Engine):
         self.hist.seed(rows)
         self.timeline.add_finished(r.value, actors)
         self.timeline.tracker.estimate_rows((t.name for t in r.value), total)
+        if total is not None and total <= len(seed):  # the whole history: no call of its methods is unseen
+            self.timeline.tracker.new_names.clear()
         self.work.note(r.value, actors)
         self.seeded = True
         self._dirty.set()

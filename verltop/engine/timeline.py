@@ -148,9 +148,9 @@ class Timeline:
         if self.tracker.version != self._planned_version:
             self._planned_version = self.tracker.version
             queries, calls, through = self.tracker.plan()
-        if not calls:
+        if not calls and not queries:
             queries, calls, through = self._stuck_step()
-        if not calls:
+        if not calls and not queries:
             return
         if not queries:
             self.tracker.refined(calls, through)
