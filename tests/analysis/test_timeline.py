@@ -100,36 +100,56 @@ def test_truncated_poll_finishes_nothing():
     assert t.steps(15.0)[-1].runs[0].end_s == pytest.approx(13.0)
 
 
-def test_plan_reads_by_name_then_one_rank_then_single_tasks():
-    job = Job(3)
+def observed(steps: int = 3, seed_rm: bool = False) -> tuple[Job, StepTracker]:
+    job = Job(steps)
     t = StepTracker()
+    if seed_rm:
+        t.add_exact(job.finished({"WorkerDict.rm_compute_rm_score"})[:2])  # as the seed names it
     poll(t, job, 1000.0, job.end + 1)
+    return job, t
+
+
+def test_plan_reads_a_ranks_history_and_by_name_while_cheap():
+    job, t = observed()
     queries, calls, through = t.plan()
     assert calls and through == pytest.approx(t.steps(job.end + 1)[-1].started_at)
-    assert queries and all(q.name and q.actor_id is None and q.task_id is None for q in queries)
+    # one rank's whole history names every method of its group (those no poll saw too), once per group
+    scans = [q for q in queries if q.name is None and q.task_id is None]
+    assert [q.actor_id[:2] for q in scans] == ["wg"]
+    assert all(q.name and q.actor_id is None for q in queries if q not in scans)
     assert "WorkerDict.actor_rollout_update_actor" in {q.name for q in queries}
-    # a method no poll ever saw is unknown: the start-up seed names it; then a step without it asks for it
+    # a method no poll saw nor the seed named is not asked for by name ...
     assert "WorkerDict.rm_compute_rm_score" not in {q.name for q in queries}
-    t.add_exact(job.finished({"WorkerDict.rm_compute_rm_score"})[:2])
-    queries, calls, through = t.plan()
-    assert "WorkerDict.rm_compute_rm_score" in {q.name for q in queries}
-    # Ray holds more runs of these names than a read may cost
-    for name, _ in STEP:
-        t.record_rows(name, None, NAME_ROWS_BUDGET + 1)
-    queries, _, _ = t.plan()
-    by_name = [q for q in queries if q.name]
-    assert by_name and all(q.actor_id for q in by_name)  # one rank's runs, for the calls no poll saw
-    assert {q.name for q in by_name} <= {"WorkerDict.rm_compute_rm_score", "WorkerDict.actor_rollout_update_weights"}
-    tasks = [q for q in queries if q.task_id]
-    assert tasks and len({q.task_id for q in tasks}) == len(tasks)
-    assert len(tasks) <= 4 * len(calls)
-    for name, _ in STEP:
-        for a in ("wg0", "wg1", "wg2", "wg3", "rm0", "rm1"):
-            t.record_rows(name, a, NAME_ROWS_BUDGET + 1)
-    queries, calls, through = t.plan()
-    assert queries and all(q.task_id for q in queries)
     t.refined(calls, through)
     assert t.plan() == ([], [], through)  # nothing new until another step completes
+    # ... until it is known: then the steps already checked are searched for it
+    _, t = observed(seed_rm=True)
+    assert "WorkerDict.rm_compute_rm_score" in {q.name for q in t.plan()[0]}
+
+
+def test_plan_over_budget_reads_one_rank_then_single_tasks():
+    _, t = observed(seed_rm=True)
+    t.new_names.clear()  # as after a seed that held the whole history
+    for name, _ in STEP:  # Ray holds more runs of these names, and of these ranks, than a read may cost
+        t.record_rows(name, None, NAME_ROWS_BUDGET + 1)
+    for a in ("wg0", "wg1", "wg2", "wg3", "rm0", "rm1"):
+        t.record_rows(None, a, NAME_ROWS_BUDGET + 1)
+    queries, calls, _ = t.plan()
+    by_name = [q for q in queries if q.name]
+    assert by_name and all(q.actor_id for q in by_name)  # one rank's runs of a method, for calls no poll saw
+    assert {q.name for q in by_name} <= {"WorkerDict.rm_compute_rm_score", "WorkerDict.actor_rollout_update_weights"}
+    tasks = [q for q in queries if q.task_id]
+    assert tasks and len({q.task_id for q in tasks}) == len(tasks) and len(tasks) <= 3 * len(calls)
+    _, t = observed(seed_rm=True)
+    t.new_names.clear()
+    for name, _ in STEP:
+        t.record_rows(name, None, NAME_ROWS_BUDGET + 1)
+        for a in ("wg0", "wg1", "wg2", "wg3", "rm0", "rm1", None):
+            t.record_rows(None if a is None else name, a, NAME_ROWS_BUDGET + 1)
+    for a in ("wg0", "wg1", "wg2", "wg3", "rm0", "rm1"):
+        t.record_rows(None, a, NAME_ROWS_BUDGET + 1)
+    queries, _, _ = t.plan()
+    assert queries and all(q.task_id for q in queries)
 
 
 def test_refinement_by_task_id_makes_the_extremes_exact():

@@ -30,6 +30,7 @@ KEEP_STEPS = 32
 MAX_CALLS = 2000  # a job whose calls never form steps (no updates) must not grow it
 NAME_ROWS_BUDGET = 256  # rows (about 2.3 KB each at detail=1) one finished-task query may match
 TASK_QUERIES_PER_CALL = 3  # exact times for the extremes of a call no cheaper query covers
+RESCAN_ROUNDS = 16  # a group's methods are listed again this many refinement rounds later (new ones: save)
 EPS = 1e-6
 INF = float("inf")
 # Ray's workers report task events about once a second (task_events_report_interval_ms): a task may still
@@ -230,11 +231,14 @@ class StepTracker:
         self.first_index = 1
         self.horizon_s = -INF  # exact rows older than this belong to steps already dropped
         self.checked_until_s = -INF  # completed steps that began before this were refined
-        self.name_rows: dict[tuple[str, str | None], int] = {}  # rows Ray held for (name, actor) at last read
+        # rows Ray held for (name, actor) at the last read ((name, None): every rank's; (None, actor): all its tasks)
+        self.name_rows: dict[tuple[str | None, str | None], int] = {}
         self.version = 0
         self._calls_at_trim = 0
         self.names: set[str] = set()  # every task name a call was made of
         self.new_names: set[str] = set()  # of those, names learnt since the last plan
+        self.rounds = 0  # plans made
+        self.scanned: dict[str, int] = {}  # group -> the round whose plan read one of its ranks' history
 
     # ---------------------------------------------------------- feeding
 
@@ -382,7 +386,7 @@ class StepTracker:
         return call
 
     def _count(self, name: str, actor_id: str | None) -> None:
-        for k in ((name, None), (name, actor_id)):
+        for k in ((name, None), (name, actor_id), (None, actor_id)):
             if k in self.name_rows:
                 self.name_rows[k] += 1
 
@@ -485,29 +489,38 @@ class StepTracker:
     def _queries(self, done: list[list[CallView]], names: set[str], max_queries: int, through: float,
                  learnt: set[str] = frozenset()) -> tuple[list[Query], list[Call], float]:
         inexact: dict[str, list[Call]] = {}
-        missing: dict[str, str | None] = {n: self._an_actor(n) for n in learnt}  # task name -> an actor of it
+        missing: set[str] = set(learnt)
         covered: list[Call] = []
+        actors: dict[str, str] = {}  # group -> an actor of it
         for s in done:
             present = set()
             for v in s:
                 c = _call(v)
                 present.add(c.name)
+                if c.late_actor_id:
+                    actors.setdefault(c.group, c.late_actor_id)
                 if c.refined:
                     continue
                 covered.append(c)
                 if not c.exact:
                     inexact.setdefault(c.name, []).append(c)
-            for name in names:  # run around these steps, not in this one: a call no poll saw?
-                if name not in present:
-                    missing.setdefault(name, self._an_actor(name))
+            missing |= names - present  # run around these steps, not in this one: a call no poll saw?
         queries: list[Query] = []
+        # Once per group (and every RESCAN_ROUNDS rounds): one rank's whole history, which names every method
+        # the group runs, those no poll saw and the seed missed included (what is never named is never read)
+        self.rounds += 1
+        for group, actor in sorted(actors.items()):
+            if self.rounds - self.scanned.get(group, -RESCAN_ROUNDS) >= RESCAN_ROUNDS and \
+                    self.name_rows.get((None, actor), 0) <= NAME_ROWS_BUDGET:
+                self.scanned[group] = self.rounds
+                queries.append(Query(actor_id=actor))
         tasks: list[Query] = []
-        for name in sorted(set(inexact) | set(missing)):
+        for name in sorted(set(inexact) | missing):
             rows = self.name_rows.get((name, None))
             if rows is None or rows <= NAME_ROWS_BUDGET:
                 queries.append(Query(name=name))
                 continue
-            actor = missing.get(name)
+            actor = self._an_actor(name)
             if name in missing and actor and self.name_rows.get((name, actor), 0) <= NAME_ROWS_BUDGET:
                 queries.append(Query(name=name, actor_id=actor))
             for c in inexact.get(name, ()):
@@ -528,7 +541,7 @@ class StepTracker:
         self.checked_until_s = max(self.checked_until_s, through_s)
         self.version += 1
 
-    def record_rows(self, name: str, actor_id: str | None, rows: int) -> None:
+    def record_rows(self, name: str | None, actor_id: str | None, rows: int) -> None:
         """How many runs of ``name`` (of ``actor_id``) Ray holds, from an answer's total."""
         self.name_rows[(name, actor_id)] = rows
 

@@ -196,7 +196,7 @@ class Timeline:
                     continue
                 rows, total = r.value
                 got += rows
-                if q.name is not None and total is not None:
+                if q.task_id is None and total is not None:
                     self.tracker.record_rows(q.name, q.actor_id, total)
             self.stats.rows += len(got)
             self.add_finished(got, actors())  # at once: each call touched is recomputed once
