@@ -1,8 +1,9 @@
-#!/usr/bin/env python3
 """Serve a synthetic Ray 2.60 dashboard for a fake verl cluster until Ctrl-C.
 
-    python scripts/fake_dashboard.py --nodes 128 --gpus 8 --port 8266 [--token T] [--seed 1]
+    python -m scripts.fake_dashboard --nodes 128 --gpus 8 --port 8266 [--token T] [--seed 1]
     verltop --address http://127.0.0.1:8266
+
+Run it from the repository root (it serves ``tests.fakeray``).
 
 See tests/fakeray/server.py for the endpoints and tests/fakeray/cluster.py for the model.
 """
@@ -12,9 +13,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.fakeray.cluster import ClusterConfig, FakeCluster
 from tests.fakeray.server import FakeDashboard

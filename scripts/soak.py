@@ -1,7 +1,7 @@
 """Soak: the TUI (headless, driven by Pilot) against the real demo job for a long time, with faults.
 
-    python scripts/soak.py                 # 30 minutes
-    python scripts/soak.py --minutes 5     # shorter
+    python -m scripts.soak                 # 30 minutes (from the repository root)
+    python -m scripts.soak --minutes 5     # shorter
 
 This process starts the demo (a local Ray cluster running the verl job, ``verltop.demo.cluster``) and puts
 a TCP proxy in front of its dashboard; a child process runs verltop's TUI under Textual's Pilot through
@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 CYCLE_S = 300.0
 # (offset in the cycle, fault, duration or None)
@@ -239,7 +238,7 @@ def parent(args: argparse.Namespace) -> int:
         if demo.token:
             env["RAY_AUTH_TOKEN"] = demo.token
         child = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--child", "--address", f"http://127.0.0.1:{proxy.port}",
+            [sys.executable, "-m", "scripts.soak", "--child", "--address", f"http://127.0.0.1:{proxy.port}",
              "--minutes", str(args.minutes), "--sample-s", str(args.sample_s)],
             cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
         assert child.stdout is not None

@@ -1,12 +1,14 @@
 """The layer rules, enforced: engine over sources and analysis; ui and cli on top; arrows point one way.
 
-- ``model``, ``fmt``, ``convert``: plain data and text helpers; they import nothing else of verltop.
+- ``model``, ``fmt``, ``convert``, ``codec``: plain data, text helpers and the model's full JSON round trip;
+  they import nothing else of verltop.
 - ``sources``: fetch and parse only; never analysis, engine, ui, textual or rich.
 - ``analysis``: pure; only model, fmt, convert and itself; no I/O libraries.
 - ``engine``: sources and analysis; never ui, textual or rich.
 - ``ui``: the engine (and pure analysis/fmt/text for drawing); never a source, nor an I/O library.
 - no import cycles between modules, lazy (function-level) imports included.
-- ``ray`` only in ``demo`` and the remote probe; not on the TUI's path at all.
+- ``ray`` only in ``demo``, the remote probe and the code the probe runs on nodes (inside a Ray worker);
+  not on the TUI's path at all.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 
 PKG = Path(__file__).parent.parent / "verltop"
 
-BASE = ("verltop.model", "verltop.fmt", "verltop.convert")
+BASE = ("verltop.model", "verltop.fmt", "verltop.convert", "verltop.codec")
 IO_LIBS = ("aiohttp", "pynvml", "psutil", "subprocess", "ray", "socket", "http", "urllib")
 
 
@@ -44,11 +46,17 @@ def imports(path: Path) -> set[str]:
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
-            if node.module == "verltop":  # from verltop import fmt
-                out |= {f"verltop.{a.name}" for a in node.names}
-            else:
-                out.add(node.module)
+            for a in node.names:  # `from verltop.engine import nccl_ras` imports the module, not the package
+                sub = f"{node.module}.{a.name}"
+                out.add(sub if _is_module(sub) else node.module)
     return out
+
+
+def _is_module(name: str) -> bool:
+    if not name.startswith("verltop."):
+        return False
+    p = PKG.parent.joinpath(*name.split("."))
+    return p.with_suffix(".py").is_file() or (p / "__init__.py").is_file()
 
 
 def files(sub: str) -> list[Path]:
@@ -60,7 +68,7 @@ def allowed(m: str, prefixes: tuple[str, ...]) -> bool:
 
 
 def test_base_modules_import_nothing_of_verltop_but_each_other():
-    for name in ("model", "fmt", "convert"):
+    for name in ("model", "fmt", "convert", "codec"):
         for m in imports(PKG / f"{name}.py"):
             assert allowed(m, BASE), (name, m)
 
@@ -123,14 +131,16 @@ def test_no_import_cycles():
 
 def test_ray_only_in_demo_and_probe():
     for f in PKG.rglob("*.py"):
-        if "demo" in f.parts or f.name == "probe.py":
+        # node_check runs inside the probe's Ray worker on each node (it may use Ray's own copy of pynvml there)
+        if "demo" in f.parts or f.name in ("probe.py", "node_check.py"):
             continue
         assert not any(m.split(".")[0] == "ray" for m in imports(f)), f
 
 
 def test_tui_path_does_not_import_ray_or_torch():
     code = ("import sys, verltop.cli, verltop.ui.app, verltop.ui.screens.main, verltop.ui.screens.stacks, "
-            "verltop.ui.screens.help, verltop.engine, verltop.engine.monitor, verltop.sources.stacks; "
+            "verltop.ui.screens.help, verltop.ui.screens.nodes, verltop.engine, verltop.engine.monitor, "
+            "verltop.engine.doctor, verltop.sources.stacks, verltop.sources.node_check; "
             "print(sorted(m for m in ('ray', 'torch', 'verl') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -12,7 +12,7 @@ from tests.replay_server import ReplayDashboard, free_port
 
 ACTOR_KEYS = {"actor_id", "actor_name", "class_name", "pid", "node_ip", "state", "worker_group", "rank",
               "world_size", "role", "roles", "task", "task_running_s", "gpu_index", "gpu_util_percent",
-              "gpu_mem_bytes", "cpu_percent", "rss_bytes", "stalled", "stall_reason", "stalls", "num_restarts",
+              "gpu_mem_bytes", "cpu_percent", "rss_bytes", "stalled", "stall_reason", "stalls", "processes", "num_restarts",
               "gpu_power_w", "gpu_mem_peak_bytes", "rss_peak_bytes", "gpu_mem_growth_bytes_per_min",
               "rss_growth_bytes_per_min"}
 NODE_KEYS = {"node_id", "ip", "hostname", "cpu_percent", "mem_used_bytes", "mem_total_bytes", "gpus",
@@ -31,13 +31,16 @@ def test_snapshot_json_contract(replay):
     p = run("--address", replay.url, "snapshot", "--json", "--no-local")
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
-    assert set(doc) == {"taken_at", "source", "nodes", "actors", "phase", "steps"}
+    assert set(doc) == {"taken_at", "source", "nodes", "actors", "phase", "orphans", "pending", "steps"}
+    assert doc["orphans"] is None  # --no-local and no probe: no node's processes were read
     assert set(doc["source"]) == {"address", "age_s", "errors"}
+    assert doc["pending"] == [] and doc["source"]["errors"] == []
     assert all(set(n) == NODE_KEYS for n in doc["nodes"])
     assert isinstance(doc["steps"], list)
     assert doc["phase"] == "update_actor"
     for a in doc["actors"]:
         assert set(a) == ACTOR_KEYS
+        assert a["processes"] is None
     wd = sorted((a for a in doc["actors"] if a["worker_group"]), key=lambda a: a["rank"])
     assert [(a["worker_group"], a["rank"], a["role"]) for a in wd] == [("abcd", 0, "actor_rollout"),
                                                                         ("abcd", 1, "actor_rollout")]
@@ -48,7 +51,7 @@ def test_snapshot_json_contract(replay):
 
 
 def test_snapshot_stall_after_applies(replay):
-    doc = json.loads(run("--address", replay.url, "snapshot", "--json", "--no-local", "--stall-after", "99999").stdout)
+    doc = json.loads(run("--address", replay.url, "snapshot", "--json", "--no-local", "--stall-after", "999999999").stdout)
     assert not any(a["stalled"] for a in doc["actors"])
     doc = json.loads(run("--address", replay.url, "snapshot", "--json", "--no-local", "--stall-after", "60").stdout)
     assert all(a["stalled"] for a in doc["actors"] if a["worker_group"])
@@ -104,3 +107,15 @@ def test_dump_remote_ranks_with_profiling_off_report_errors(replay, tmp_path):
     assert len(doc["ranks"]) == 3 and all(r["error"] for r in doc["ranks"])
     assert "RAY_DASHBOARD_ENABLE_PROFILING" in doc["ranks"][0]["error"]
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
+
+
+def test_doctor_dashboard_down_is_one_line_exit_2():
+    p = run("--address", f"http://127.0.0.1:{free_port()}", "doctor", "--json")
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.count("\n") == 1 and "cannot list the cluster's nodes" in p.stderr and "not reachable" in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_doctor_help_names_its_options():
+    p = run("doctor", "--help")
+    assert p.returncode == 0 and "--path SHARED_DIR" in p.stdout and "--node-timeout" in p.stdout

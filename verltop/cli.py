@@ -1,4 +1,4 @@
-"""``verltop`` command line: the TUI (default), ``snapshot``, ``dump`` and ``demo``.
+"""``verltop`` command line: the TUI (default), ``snapshot``, ``dump``, ``doctor`` and ``demo``.
 
 Imports are deferred to the subcommand that needs them: ``verltop dump --json`` must start fast, and
 nothing on the TUI's path imports ray.
@@ -60,6 +60,9 @@ def _shared(p: argparse.ArgumentParser, sub: bool = True) -> None:
     p.add_argument("--stall-after", type=_positive, metavar="S", **d,
                    help="call a task stalled after this many seconds (default 300)")
     p.add_argument("--no-local", action="store_true", **d, help="do not read this machine's processes and GPUs")
+    p.add_argument("--ras-addr", metavar="HOST:PORT", action="append", **d,
+                   help="NCCL RAS address of a job on this machine (repeatable; default: each rank's NCCL_RAS_ADDR, "
+                        "else localhost:28028)")
     p.add_argument("--log-file", metavar="FILE", **d,
                    help="where the TUI logs its own problems (default ~/.local/state/verltop/verltop.log)")
 
@@ -73,16 +76,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"verltop {__version__}")
     _shared(p, sub=False)
-    sub = p.add_subparsers(dest="cmd", metavar="{tui,snapshot,dump,demo}")
+    p.add_argument("--record", metavar="FILE", help="record the TUI session into FILE (verltop replay FILE)")
+    sub = p.add_subparsers(dest="cmd", metavar="{tui,snapshot,dump,doctor,demo,watch,replay}")
+
+    from verltop import cli_watch
 
     t = sub.add_parser("tui", help="the interactive view (default)")
     _shared(t)
+    t.add_argument("--record", metavar="FILE", default=argparse.SUPPRESS,
+                   help="record the TUI session into FILE (verltop replay FILE)")
 
     s = sub.add_parser("snapshot", help="print one snapshot of the cluster")
     _shared(s)
     s.add_argument("--json", action="store_true", help="JSON (the documented contract)")
     s.add_argument("--cpu-window", type=float, default=0.5, metavar="S",
                    help="seconds over which local processes' CPU %% is measured (default 0.5; 0 = none)")
+    s.add_argument("--remote-processes", action="store_true",
+                   help="also read the process trees of actors on other nodes, through a probe actor per node "
+                   "(needs ray on this machine; without it they are null)")
 
     d = sub.add_parser("dump", help="dump every rank's stack, merged, with suspects")
     _shared(d)
@@ -101,12 +112,28 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--force", action="store_true", help="overwrite --output if it exists")
     d.add_argument("--no-logs", action="store_true", help="do not read NCCL watchdog lines from worker logs")
 
+    c = sub.add_parser("doctor", help="pre-flight check of every node: versions, GPUs, NCCL environment, disks, "
+                       "clocks, shared storage")
+    _shared(c)
+    c.add_argument("--json", action="store_true", help="JSON (the documented contract)")
+    c.add_argument("--path", metavar="SHARED_DIR",
+                   help="also check that this directory exists, is writable and is shared by every node")
+    c.add_argument("--node-timeout", type=_positive, default=30.0, metavar="S",
+                   help="give up on a node that has not answered after this many seconds (default 30)")
+
     m = sub.add_parser("demo", help="run a small verl job on a local Ray cluster that hangs on purpose")
     _shared(m)
     m.add_argument("--hang-after", type=int, default=3, metavar="N",
                    help="steps before one rank hangs (default 3; 0 = only on the H key)")
     m.add_argument("--hang-rank", type=int, default=2, metavar="R", help="which actor rank hangs (default 2)")
+    m.add_argument("--hang", choices=("rank", "tp1", "sandbox"), default="rank",
+                   help="what hangs after --hang-after steps: a trainer rank in update_actor (default), TP worker 1 "
+                   "of the rollout server in its weight load, or a reward sandbox that never returns; the keys H "
+                   "and T hang a rank or TP worker 1 at any time")
     m.add_argument("--no-tui", action="store_true", help="leave the job running for other tools; Ctrl-C ends it")
+    m.add_argument("--record", metavar="FILE", default=argparse.SUPPRESS, help="record the TUI session into FILE")
+    cli_watch.add_watch(sub, _shared)
+    cli_watch.add_replay(sub)
     return p
 
 
@@ -121,9 +148,25 @@ def main(argv: list[str] | None = None) -> int:
         if cmd == "snapshot":
             return asyncio.run(_snapshot(args))
         if cmd == "dump":
-            return asyncio.run(_dump(args))
+            return asyncio.run(_dump(args, _prefetch(args)))
+        if cmd == "doctor":
+            return asyncio.run(_doctor(args))
         if cmd == "demo":
             return _demo(args)
+        if cmd == "watch":
+            from verltop.cli_watch import watch
+
+            try:
+                return watch(args)
+            except ValueError as e:
+                raise UserError(str(e)) from None
+        if cmd == "replay":
+            from verltop.cli_watch import replay
+
+            try:
+                return replay(args)
+            except ValueError as e:
+                raise UserError(str(e)) from None
         return _tui(args)
     except UserError as e:
         print(f"verltop: error: {e}", file=sys.stderr)
@@ -145,17 +188,23 @@ def _settings(args: argparse.Namespace) -> tuple[Any, Any]:
     return Intervals.every(interval, args.timeout), StallSettings(stall_after_s=stall_after)
 
 
-def _monitor(args: argparse.Namespace) -> Any:
+def _monitor(args: argparse.Namespace, nvml: bool | None = True) -> Any:
+    """A monitor for a one-shot command; ``nvml=None``: only where an NVIDIA device exists (a dump reads
+    GPU use to tell a rank waiting on its GPU, and shows no "no NVML" note)."""
     from verltop.engine.monitor import Monitor
     from verltop.sources.config import resolve
+    from verltop.sources.local import has_nvidia_device
 
     iv, st = _settings(args)
     # one-shot commands: the stdlib HTTP client (aiohttp's import alone is a third of a dump)
-    return Monitor(resolve(args.address), iv, st, use_local=not args.no_local, transport="stdlib")
+    return Monitor(resolve(args.address), iv, st, use_local=not args.no_local, transport="stdlib",
+                   ras_addrs=tuple(args.ras_addr or ()), use_nvml=has_nvidia_device() if nvml is None else nvml)
 
 
-async def _first_poll(mon: Any, seed: bool, node_details: bool = True, cpu_window_s: float = 0.0) -> None:
-    await mon.poll_once(seed=seed, node_details=node_details, cpu_window_s=cpu_window_s)
+async def _first_poll(mon: Any, seed: bool, node_details: bool = True, cpu_window_s: float = 0.0,
+                      ras: bool = False, remote_processes: bool = False) -> None:
+    await mon.poll_once(seed=seed, node_details=node_details, cpu_window_s=cpu_window_s, ras=ras,
+                        remote_processes=remote_processes)
     if not mon.has_data:
         err = mon.connection_problem()
         await mon.stop()
@@ -164,7 +213,12 @@ async def _first_poll(mon: Any, seed: bool, node_details: bool = True, cpu_windo
 
 async def _snapshot(args: argparse.Namespace) -> int:
     mon = _monitor(args)
-    await _first_poll(mon, seed=True, cpu_window_s=args.cpu_window)
+    if args.remote_processes:
+        import importlib.util
+
+        if importlib.util.find_spec("ray") is None:
+            raise UserError("--remote-processes needs ray on this machine (pip install 'ray[default]')")
+    await _first_poll(mon, seed=True, cpu_window_s=args.cpu_window, ras=True, remote_processes=args.remote_processes)
     snap = mon.snapshot()
     await mon.stop()
     if args.json:
@@ -179,8 +233,24 @@ async def _snapshot(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _dump(args: argparse.Namespace) -> int:
-    from verltop.sources.pyspy import DumpOptions
+def _prefetch(args: argparse.Namespace) -> Any:
+    """``dump``'s reads (actors, nodes, running tasks, node stats; the jobs' drivers and the wait graph of a
+    whole-job dump, as ``DumpJob`` asks for them), sent now from threads: the dashboard answers while the
+    engine is still being imported, and the answers wait for it."""
+    from verltop.sources import reads, wire
+    from verltop.sources.config import resolve
+
+    ep, t = resolve(args.address), args.timeout
+    wanted = [reads.actors(t, True), reads.nodes(t), reads.running_tasks(t, True), reads.nodes_summary(),
+              reads.running_tasks(5.0, False), reads.pending_refs(5.0)]
+    if not args.group:
+        wanted.append(reads.jobs(10.0))
+    return wire.Prefetch(ep.address, wire.headers(ep.token), wanted, t + 2)
+
+
+async def _dump(args: argparse.Namespace, prefetch: Any = None) -> int:
+    from verltop.engine.oneshot import QuickDump
+    from verltop.sources.pyspy import DumpOptions, children_by_pidfd
 
     opts = DumpOptions(native=args.native, nonblocking=args.nonblocking, samples=max(1, args.samples),
                        timeout_s=args.dump_timeout, via=args.via)
@@ -189,33 +259,31 @@ async def _dump(args: argparse.Namespace) -> int:
         raise UserError(bad)
     if args.output and os.path.exists(args.output) and not args.force:
         raise UserError(f"{args.output} exists; use --force to overwrite it")
-    mon = _monitor(args)
-    # Finished tasks name the roles an idle colocated worker hosts; the dashboard is slow to list them,
-    # and they only label the report, so they are read while the stacks are taken.
-    roles = asyncio.create_task(mon.seed_roles())
+    mon = _monitor(args, nvml=None)
+    mon.client.prefetch = prefetch
+    quick = QuickDump(mon, args.group, opts, use_logs=not args.no_logs)
     try:
-        await _first_poll(mon, seed=False, node_details=False)
-    except UserError:
-        roles.cancel()
-        raise
-    snap = mon.snapshot()
-
-    async def refreshed() -> dict:
-        await roles
-        return mon.rows_by_id(snap.taken_at)
-
-    job = mon.dump(snap, args.group, opts, use_logs=not args.no_logs, refresh_rows=refreshed)
-    if not job.targets:
-        roles.cancel()
-        await mon.stop()
-        what = f"worker group {args.group!r}" if args.group else "verl workers or controller"
-        raise UserError(f"no {what} found on {snap.address} ({len(snap.actors)} actors)")
-    try:
-        report = await job.run()
+        job = await quick.prepare()
+        if job is None:
+            err = mon.connection_problem()
+            raise UserError(err.text if err else "no answer from the dashboard")
+        if not job.targets and not job.waiting_jobs:
+            what = f"worker group {args.group!r}" if args.group else "verl workers or controller"
+            snap = mon.snapshot()
+            pgs = [p for p in snap.pending if p.kind == "placement_group"]
+            if pgs:  # the workers do not exist yet: say what holds them up instead
+                why = "; ".join(f"placement group {p.name or p.id} is not placed: {p.reason}" for p in pgs[:3])
+                raise UserError(f"no {what} to dump on {snap.address} yet: {why}")
+        with children_by_pidfd():
+            report = await job.run() if job.targets or job.waiting_jobs else None
     finally:
+        quick.close()
         await mon.stop()
-    if report is None:
+    if (job.targets or job.waiting_jobs) and report is None:
         raise UserError(job.problem.text if job.problem else "the dump failed")
+    if report is None or not report.ranks:
+        what = f"worker group {args.group!r}" if args.group else "verl workers or controller"
+        raise UserError(f"no {what} found on {mon.address} ({len(mon.src.actors.value or [])} actors)")
     from verltop.text import dump_text, full_stacks_text
 
     if args.output:
@@ -240,6 +308,44 @@ async def _dump(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _doctor(args: argparse.Namespace) -> int:
+    """Exit 0: the nodes agree and nothing is wrong; 1: a mismatch or a problem; 2: the check could not run."""
+    from verltop.engine.monitor import Monitor
+    from verltop.sources.config import resolve
+
+    iv, st = _settings(args)
+    mon = Monitor(resolve(args.address), iv, st, use_local=False, transport="stdlib")
+    path = os.path.abspath(os.path.expanduser(args.path)) if args.path else None
+    tty = sys.stderr.isatty() and not args.json
+
+    def progress(p: Any) -> None:
+        if not tty:
+            return
+        what = {"nodes": "listing nodes", "connect": "joining the Ray cluster",
+                "probe": f"probing nodes: {p.done}/{p.total} answered", "path": "checking the shared directory"}
+        if p.stage in what:
+            sys.stderr.write(f"\r\x1b[K{what[p.stage]}…")
+        elif p.stage in ("done", "failed"):
+            sys.stderr.write("\r\x1b[K")
+        sys.stderr.flush()
+
+    job = mon.doctor(path, args.node_timeout, progress)
+    try:
+        report = await job.run()
+    finally:
+        await mon.stop()
+    if report is None:
+        raise UserError(job.problem.text if job.problem else "the check could not run")
+    if args.json:
+        json.dump(report.to_json(), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        from verltop.text import doctor_text
+
+        print(doctor_text(report, color=sys.stdout.isatty() and "NO_COLOR" not in os.environ))
+    return 0 if report.ok else 1
+
+
 def _tui(args: argparse.Namespace, demo: Any = None) -> int:
     from verltop import logsetup
     from verltop.engine.monitor import Monitor
@@ -247,9 +353,24 @@ def _tui(args: argparse.Namespace, demo: Any = None) -> int:
     from verltop.ui.app import VerltopApp
 
     iv, st = _settings(args)
+    mon = Monitor(resolve(args.address), iv, st, use_local=not args.no_local, ras_addrs=tuple(args.ras_addr or ()))
+    recorder = None
+    if getattr(args, "record", None):
+        from verltop.cli_watch import record_writer
+
+        try:
+            recorder = record_writer(args.record, mon.address, st.stall_after_s).attach(mon)
+        except OSError as e:
+            raise UserError(str(e)) from None
     logsetup.to_file(args.log_file)
-    app = VerltopApp(Monitor(resolve(args.address), iv, st, use_local=not args.no_local), demo=demo)
-    app.run()
+    app = VerltopApp(mon, demo=demo)
+    try:
+        app.run()
+    finally:
+        if recorder is not None:
+            recorder.close()
+            print(f"verltop: recorded {recorder.written} frames into {args.record} (verltop replay {args.record})",
+                  file=sys.stderr)
     return app.return_code or 0
 
 
@@ -267,7 +388,7 @@ def _demo(args: argparse.Namespace) -> int:
         signal.signal(sig, _stop)
     print("verltop demo: starting a local Ray cluster and a small verl PPO job (CPU, gloo)…", file=sys.stderr)
     hang_after = args.hang_after if args.hang_after > 0 else None
-    handle = start_demo(hang_after=hang_after, hang_rank=args.hang_rank)
+    handle = start_demo(hang_after=hang_after, hang_rank=args.hang_rank, hang_target=args.hang)
     try:
         if handle.token:
             os.environ["RAY_AUTH_TOKEN"] = handle.token

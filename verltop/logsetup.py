@@ -4,7 +4,6 @@ record, no traceback) for the one-shot commands."""
 from __future__ import annotations
 
 import logging
-import logging.handlers
 import os
 from pathlib import Path
 
@@ -30,12 +29,13 @@ def to_file(path: str | Path | None = None) -> Path | None:
     root = logging.getLogger("verltop")
     root.setLevel(logging.INFO)
     root.propagate = False
+    from logging.handlers import RotatingFileHandler  # the TUI's only: one-shot commands skip its import
+
     try:
         p.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.close(fd)
-        h: logging.Handler = logging.handlers.RotatingFileHandler(p, maxBytes=1 << 20, backupCount=2,
-                                                                 encoding="utf-8")
+        h: logging.Handler = RotatingFileHandler(p, maxBytes=1 << 20, backupCount=2, encoding="utf-8")
     except OSError:
         root.addHandler(logging.NullHandler())
         return None

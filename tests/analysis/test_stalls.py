@@ -68,3 +68,38 @@ def test_history_is_bounded():
     for i in range(2000):
         h.seed([(f"a{i}", f"g{i % 900}", "m", float(i), float(i) + 1)])
     assert len(h.durations) <= 512 and all(len(d) <= 64 for d in h.durations.values())
+
+
+# ---------------------------------------------------------------- the texts rendered from the numbers
+
+
+def test_peers_tag_is_rendered_from_seconds_not_split_from_the_sentence():
+    """Peers done 30–90 s ago once read `peers done ss` (the sentence was re-split); every age reads right."""
+    h = TaskHistory()
+    h.observe([("t0", "a0", "g", "m", 900.0), ("t1", "a1", "g", "m", 900.0)], 900.0)
+    h.observe([("t0", "a0", "g", "m", 900.0)], 910.0)  # a1 finished at 910
+    for now, tag, ago in ((955.0, "peers done 45s ago", "45s ago"), (1000.0, "peers done 1m30s ago", "1m30s ago"),
+                          (4610.0, "peers done 1h01m ago", "1h01m ago")):
+        (st,) = stalls_for(view(start_s=900.0, running_s=now - 900.0), h, now, StallSettings(stall_after_s=1e9))
+        assert st.rule == "peers" and st.peers == 1 and st.peers_done_s == now - 910.0
+        assert st.tag == tag and st.reason == f"1 peer finished m {ago}"
+
+
+def test_sub_second_median_reads_as_a_ratio_not_infinity():
+    """On an H200 run a 21 s task against a sub-second median read `running ≫ longer than usual (21 s vs
+    median 0 s)`: the numbers are kept, and the texts say what they are."""
+    h = TaskHistory()
+    for i in range(3):
+        h.seed([("x", "g", "m", 100.0 * i, 100.0 * i + 0.2)])
+    (st,) = stalls_for(view(running_s=21.0, start_s=979.0), h, 1000.0, StallSettings())
+    assert st.rule == "median" and st.median_s == 0.2 and round(st.ratio) == 105
+    assert st.tag == "105× median"
+    assert st.reason == "running 105× longer than usual (21s vs median 0.2s)"
+    # a median of nothing at all (tasks that finish within a poll): no division, no "0 s"
+    h0 = TaskHistory()
+    for i in range(3):
+        h0.seed([("x", "g", "m", 100.0 * i, 100.0 * i)])
+    (st0,) = stalls_for(view(running_s=21.0, start_s=979.0), h0, 1000.0, StallSettings())
+    assert st0.ratio is None and st0.tag == "far over median"
+    assert st0.reason == "running far longer than usual (21s; it usually takes under 0.1s)"
+    assert st.to_json()["ratio"] == 105.0 and st0.to_json()["ratio"] is None

@@ -12,7 +12,7 @@ from tests.fakeray import FakeCluster, FakeDashboard
 from verltop.engine.monitor import Intervals, Monitor
 from verltop.sources.config import Endpoint
 
-IV = Intervals(actors_s=0.5, tasks_s=0.5, nodes_s=5.0, node_detail_s=5.0, pending_s=1.0, timeout_s=5.0)
+IV = Intervals(actors_s=0.5, tasks_s=0.5, nodes_s=5.0, node_detail_s=5.0, waiting_s=1.0, timeout_s=5.0)
 
 
 def monitor(url: str, **kw) -> Monitor:

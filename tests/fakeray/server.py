@@ -275,6 +275,10 @@ def _matcher(filters: list[tuple[str, str, str]], filterable: frozenset[str]) ->
     return match
 
 
+PG_COLUMNS = ("placement_group_id", "name", "creator_job_id", "state", "bundles", "is_detached", "stats",
+              "topology_strategy", "topology_assignments")
+
+
 def list_result(
     rows: list[dict], opts: ListOptions, *, id_key: str, columns: tuple[str, ...], base_columns: tuple[str, ...],
     filterable: frozenset[str], pushdown: dict[str, tuple[str, ...]], mode: str,
@@ -354,6 +358,7 @@ class DashboardApp:
             ("/api/v0/logs/{media_type}", self.h_logs), ("/worker/traceback", self.h_traceback),
             ("/api/authentication_mode", self.h_auth_mode), ("/api/profiling_enabled", self.h_profiling),
             ("/api/version", self.h_version), ("/api/healthz", self.h_health), ("/api/gcs_healthz", self.h_health),
+            ("/api/v0/placement_groups", self.h_placement_groups), ("/api/cluster_status", self.h_cluster_status),
         ):
             r.add_get(path, h)
         return app
@@ -550,6 +555,21 @@ class DashboardApp:
             [c.state_node_row(n) for n in c.nodes], o, id_key="node_id", columns=NODE_COLUMNS,
             base_columns=NODE_BASE_COLUMNS, filterable=NODE_FILTERABLE,
             pushdown={"node_id": ("=",), "state": ("=",), "node_name": ("=",)}, mode="tasks"))
+
+    async def h_placement_groups(self, request: web.Request) -> web.Response:
+        """Ray 2.60's placement-group list (rows from ``cluster.pg_rows`` when a test sets it; none else)."""
+        c = self.cluster
+        rows = list(getattr(c, "pg_rows", None) or [])
+        return await self._state(request, ("pgs", c.version, len(rows)), lambda o: list_result(
+            rows, o, id_key="placement_group_id", columns=PG_COLUMNS, base_columns=PG_COLUMNS[:4],
+            filterable=frozenset({"placement_group_id", "name", "creator_job_id", "state", "is_detached"}),
+            pushdown={}, mode="tasks"))
+
+    async def h_cluster_status(self, request: web.Request) -> web.Response:
+        """``/api/cluster_status`` as on a cluster whose autoscaler has written no status yet."""
+        body = {"result": True, "msg": "Got cluster status.",
+                "data": {"autoscalingStatus": None, "autoscalingError": None, "clusterStatus": None}}
+        return web.json_response(body)
 
     async def h_workers(self, request: web.Request) -> web.Response:
         c = self.cluster

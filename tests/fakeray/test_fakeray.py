@@ -710,7 +710,7 @@ def test_ten_thousand_actors_answer_fast():
 
 def test_cli_script_serves_until_interrupted():
     p = subprocess.Popen(
-        [sys.executable, str(ROOT / "scripts" / "fake_dashboard.py"), "--nodes", "2", "--gpus", "2", "--port", "0",
+        [sys.executable, "-m", "scripts.fake_dashboard", "--nodes", "2", "--gpus", "2", "--port", "0",
          "--token", "T", "--seed", "2"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
     )

@@ -133,7 +133,7 @@ class PtyTui:
 
 
 class FakeDashboardProcess:
-    """The synthetic dashboard (scripts/fake_dashboard.py) in its own process: at 10,000 actors its CPU
+    """The synthetic dashboard (``python -m scripts.fake_dashboard``) in its own process: at 10,000 actors its CPU
     must not be the test process' (the TUI under Pilot runs there)."""
 
     def __init__(self, *args: str) -> None:
@@ -141,7 +141,7 @@ class FakeDashboardProcess:
 
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
-        self.proc = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "fake_dashboard.py"), "--port",
+        self.proc = subprocess.Popen([sys.executable, "-m", "scripts.fake_dashboard", "--port",
                                       str(port), *args], cwd=ROOT, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, start_new_session=True)
         assert self.proc.stdout is not None

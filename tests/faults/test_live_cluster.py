@@ -149,7 +149,10 @@ async def test_tui_never_shows_secrets(live, tmp_path, monkeypatch):
         assert type(app.screen).__name__ == "StackScreen"
         await wait_for(pilot, lambda: app.screen.report is not None, 60, what="the dump")
         rep = app.screen.report
-        assert sum(1 for r in rep.ranks if r.error is None) == 5, [(r.actor.rank, r.error) for r in rep.ranks]
+        # the four ranks, the controller and the driver: every process of the job
+        assert all(r.error is None for r in rep.ranks), [(r.actor.rank, r.error) for r in rep.ranks]
+        assert sorted(r.actor.rank for r in rep.ranks if r.actor.rank is not None) == [0, 1, 2, 3]
+        assert len([r for r in rep.ranks if r.actor.role != "driver"]) == 5
         clean(screen_text(app), "the stack screen")
         await pilot.press("enter")
         assert type(app.screen).__name__ == "RankStackScreen"
@@ -219,7 +222,8 @@ def test_dump_without_ptrace_says_how_to_fix(live, tmp_path):
     assert p.returncode == 1 and "Traceback" not in p.stderr
     assert p.stderr.count("\n") == 1 and "no rank could be dumped" in p.stderr and "CAP_SYS_PTRACE" in p.stderr
     ranks = json.loads(p.stdout)["ranks"]
-    assert len(ranks) == 5 and all(r["error"] == ptrace_problem().text for r in ranks)
+    assert len([r for r in ranks if r["role"] != "driver"]) == 5  # 4 ranks and the controller (and the driver)
+    assert all(r["error"] == ptrace_problem().text for r in ranks)
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
@@ -236,7 +240,9 @@ async def test_tui_dump_without_ptrace_says_how_to_fix(live, tmp_path, monkeypat
         await wait_for(pilot, lambda: len(app.engine.local_node_ids()) == 2, 10, what="both nodes local")
         await pilot.press("D")
         await wait_for(pilot, lambda: app.screen.report is not None, 60, what="the dump")
-        assert [r.error for r in app.screen.report.ranks] == [ptrace_problem()] * 5
+        ranks = app.screen.report.ranks
+        assert len([r for r in ranks if r.actor.role != "driver"]) == 5  # 4 ranks and the controller
+        assert [r.error for r in ranks] == [ptrace_problem()] * len(ranks)
         assert "CAP_SYS_PTRACE" in screen_text(app)
         await pilot.press("escape", "j", "s")
         assert type(app.screen).__name__ == "MainScreen"

@@ -85,8 +85,9 @@ def test_cli_sends_only_allowed_gets():
 def test_allow_list_is_the_documented_read_only_set():
     """The allow-list itself: adding an endpoint is a decision this test makes visible."""
     assert [rx.pattern for rx in ALLOWED_PATHS] == [
-        r"^/api/v0/(actors|tasks|nodes)$", r"^/nodes$", r"^/nodes/[0-9a-fA-F]{8,64}$", r"^/api/v0/logs/file$",
+        r"^/api/v0/(actors|tasks|nodes)$", r"^/api/v0/(objects|jobs)$", r"^/nodes$", r"^/nodes/[0-9a-fA-F]{8,64}$", r"^/api/v0/logs/file$",
         r"^/worker/traceback$", r"^/api/authentication_mode$", r"^/api/profiling_enabled$", r"^/api/version$",
+        r"^/api/v0/placement_groups$", r"^/api/cluster_status$",
     ]
     for p in MUTATING:
         assert not allowed(p)

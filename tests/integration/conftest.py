@@ -12,6 +12,21 @@ Contract (other test modules rely on it):
   test of a module that asks for it (wait: up to one step, ~10-20 s); torn down at the end of that module
   by releasing the stuck rank and waiting until the job has finished that ``update_actor``. So within a
   module, put tests that need a healthy job BEFORE the first test that uses ``hung_demo``.
+- ``tp_hung_demo`` (module scope): the same handle with TP worker 1 of the rollout server ``vllm_server_0_0``
+  hung: ``VLLM::Worker_TP1`` sits in ``_load_weights_bucket`` (``verltop/demo/engine.py``), ``VLLM::Worker_TP0``
+  blocks in ``torch.distributed.all_reduce``, ``VLLM::EngineCore_DP0`` in ``get_response`` (a pipe read) under
+  ``collective_rpc``, ``vLLMHttpServer.update_weights`` awaits the engine and ``TaskRunner.run`` waits in
+  ``ray.get``. ``hang_info()`` has ``"target": "tp1"`` and the worker's pid. Same rules as ``hung_demo``
+  (released at the end of the module, which waits until that step is done); never both in one module.
+- ``sandbox_hung_demo`` (module scope): one sandbox child of ``reward_loop_worker_0`` (``python -I -S …/sandbox.py``)
+  never returns during generation: ``RewardLoopWorker.compute_score`` waits on it in an executor thread
+  (``subprocess.run``), ``agent_loop_worker_0``'s ``generate_sequences`` awaits that score, ``TaskRunner.run``
+  waits in ``ray.get`` in phase ``gen``. ``hang_info()`` has ``"target": "sandbox"`` and the sandbox's pid. Same
+  rules as ``hung_demo``.
+- The demo's actors besides the 8 WorkerDict ranks and the TaskRunner: ``vllm_server_0_0`` (``vLLMHttpServer``,
+  children ``VLLM::EngineCore_DP0`` → ``VLLM::Worker_TP0``, ``VLLM::Worker_TP1``), ``agent_loop_worker_0``/``_1``
+  (``AgentLoopWorker``) and ``reward_loop_worker_0`` (``RewardLoopWorker``, a short-lived sandbox child per
+  score). ``demo.worker_pids()`` lists all of them and the engine's processes by role.
 - ``dashboard`` (session scope): ``dashboard(path, **params)`` GETs ``demo.address + path`` with the
   bearer token and returns the decoded JSON (or text); ``dashboard.raw(path, token=..., **params)``
   returns ``(status, body)`` without raising on HTTP errors.
@@ -130,6 +145,35 @@ def hung_demo(demo: DemoHandle) -> Iterator[DemoHandle]:
             break
         assert time.monotonic() < deadline, f"job did not resume within {RELEASE_WAIT_S}s: {p}"
         time.sleep(0.5)
+
+
+def _hang_target(demo: DemoHandle, target: str) -> Iterator[DemoHandle]:
+    """Hang ``target``, yield while hung, then release and wait until the job is past that step's phase."""
+    demo.request_hang(target)
+    deadline = time.monotonic() + HANG_WAIT_S
+    while not (demo.hung() and (demo.hang_info() or {}).get("target") == target):
+        assert time.monotonic() < deadline, f"no {target} hang after {HANG_WAIT_S}s: {demo.progress()}"
+        time.sleep(0.5)
+    hung = demo.progress()
+    yield demo
+    demo.release_hang()
+    deadline = time.monotonic() + RELEASE_WAIT_S
+    while True:
+        p = demo.progress()
+        if not demo.hung() and (p.get("step", 0) > hung["step"] or p.get("phase") != hung["phase"]):
+            break
+        assert time.monotonic() < deadline, f"job did not resume within {RELEASE_WAIT_S}s: {p}"
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def tp_hung_demo(demo: DemoHandle) -> Iterator[DemoHandle]:
+    yield from _hang_target(demo, "tp1")
+
+
+@pytest.fixture(scope="module")
+def sandbox_hung_demo(demo: DemoHandle) -> Iterator[DemoHandle]:
+    yield from _hang_target(demo, "sandbox")
 
 
 # ------------------------------------------------------------------------------------ scenario cluster
@@ -358,11 +402,20 @@ def scenario_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scena
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Modules on the scenario cluster run before the other modules here (the demo's): one cluster at a
-    time on 2 cores. Only whole modules move; the order inside a module is kept."""
+    """Modules on a cluster of their own (the scenario cluster, the doctor's...) run before the other modules
+    here (the demo's): one cluster at a time on 2 cores. Only whole modules move; the order inside a module is
+    kept."""
     here = [i for i, it in enumerate(items) if Path(str(it.path)).parent == HERE]
-    users = {it.path for it in items if "scenario_cluster" in getattr(it, "fixturenames", ())}
-    moved = sorted((items[i] for i in here), key=lambda it: it.path not in users)
+    # modules with a cluster of their own (scenario, chains, test_pending_live's pending, the doctor's) go first
+    own = {"scenario_cluster", "chains_cluster", "pending_cluster", "doctor_cluster"}
+    cluster_of: dict[Path, str] = {}
+    for it in items:
+        for name in sorted(own & set(getattr(it, "fixturenames", ()))):
+            cluster_of.setdefault(Path(str(it.path)), name)
+    # the modules of one cluster run back to back: the scenario cluster stops after its last user, so a
+    # module of another cluster between two of its users would find it stopped
+    moved = sorted((items[i] for i in here),
+                   key=lambda it: (Path(str(it.path)) not in cluster_of, cluster_of.get(Path(str(it.path)), "")))
     for i, it in zip(here, moved, strict=True):
         items[i] = it
 

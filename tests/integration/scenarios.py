@@ -168,6 +168,30 @@ GROUPS: dict[str, tuple[list[int], dict[str, type]]] = {
 }
 
 
+# ------------------------------------------------------------------------------------ rollout servers
+
+
+class SGLangHttpServer:
+    """verl's ``SGLangHttpServer``, reduced to its process tree: an asyncio actor whose schedulers (one per TP
+    rank) and detokenizer are its own child processes (``tests/proc_shapes.py``: titled as SGLang titles
+    them, dying with their parent as SGLang's do)."""
+
+    def __init__(self) -> None:
+        self.procs: list[Any] = []
+
+    async def launch_server(self, shapes: str) -> dict[str, Any]:
+        """Start the children (``shapes``: the path of ``tests/proc_shapes.py``); their pids."""
+        sys.path.insert(0, str(Path(shapes).parent))
+        import proc_shapes
+
+        pids: list[int] = []
+        for spec in proc_shapes.SHAPES["sglang"]:
+            p, sub = proc_shapes.spawn(spec)
+            self.procs.append(p)
+            pids += sub
+        return {"server_pid": os.getpid(), "children": pids}
+
+
 # -------------------------------------------------------------------------------------------- controller
 
 
@@ -243,6 +267,7 @@ class Host:
         self.runner = TaskRunner.options(resources={"head": 0.01}).remote(state_dir)
         self.setup = ray.get(self.runner.setup.remote(), timeout=240)
         self.pending: dict[str, list[Any]] = {}
+        self.servers: list[Any] = []  # rollout-shaped servers (``rollout``), kept alive while the host runs
 
     def info(self) -> dict[str, Any]:
         ranks = []
@@ -276,11 +301,37 @@ class Host:
             if not rest:
                 self.pending.pop(cmd["tag"], None)
             return out
+        if op == "rollout":
+            return self.rollout()
         if op == "descendants":
             import psutil
 
             return {"pids": [p.pid for p in psutil.Process().children(recursive=True)]}
         raise ValueError(f"unknown command {op!r}")
+
+    def rollout(self) -> dict[str, Any]:
+        """A vLLM-shaped server (the demo's ``vLLMHttpServer``: engine core + 2 TP workers doing gloo) on the
+        first worker node and an SGLang-shaped one on the second: ``{"vllm": {...}, "sglang": {...}}`` with
+        their actor ids, nodes and the pids of their processes."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from verltop.demo.rollout import vLLMHttpServer
+
+        workers = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"] and not n.get("Resources", {}).get("head"))
+        out: dict[str, Any] = {}
+        shapes = str(Path(__file__).resolve().parent.parent / "proc_shapes.py")
+        for kind, cls, name, node, args, call in (
+                # its engine in a session of its own, so that a killed server leaves it behind (Ray 2.60 kills
+                # a dead worker's own process group)
+                ("vllm", vLLMHttpServer, "vllm_server_0_0", workers[0],
+                 (str(Path(self.state_dir, "rollout")), 0, 2, True), ()),
+                ("sglang", SGLangHttpServer, "sglang_server_0_0", workers[1], (), (shapes,))):
+            h = ray.remote(cls).options(name=name, num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
+                node, soft=False)).remote(*args)
+            info = ray.get(h.launch_server.remote(*call), timeout=240)
+            out[kind] = {"actor_id": h._actor_id.hex(), "node_id": node, **info}
+            self.servers.append(h)
+        return out
 
     def stop(self) -> None:
         with contextlib.suppress(Exception):

@@ -5,6 +5,7 @@ Healthy-job tests come first; the ``hung_demo`` tests come last (see conftest.py
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -18,7 +19,9 @@ pytestmark = pytest.mark.ray
 WORKER_DICT = "create_colocated_worker_cls.<locals>.WorkerDict"
 NAME_RE = re.compile(r"^(?P<prefix>[A-Za-z0-9]{6})WorkerDict_(?P<pg>\d+):(?P<local_rank>\d+)$")
 PHASES = [
-    "WorkerDict.actor_rollout_generate_sequences",
+    "AgentLoopWorker.generate_sequences",
+    "vLLMHttpServer.generate",
+    "RewardLoopWorker.compute_score",
     "WorkerDict.rm_compute_rm_score",
     "WorkerDict.actor_rollout_compute_log_prob",
     "WorkerDict.ref_compute_ref_log_prob",
@@ -26,10 +29,12 @@ PHASES = [
     "WorkerDict.critic_update_critic",
     "WorkerDict.actor_rollout_update_actor",
     "WorkerDict.actor_rollout_update_weights",
+    "vLLMHttpServer.update_weights",
 ]
 # Phases long enough (>= ~0.5 s on every rank) to be caught RUNNING by a 0.5 s poll.
 LONG_PHASES = {
-    "WorkerDict.actor_rollout_generate_sequences",
+    "AgentLoopWorker.generate_sequences",
+    "vLLMHttpServer.generate",
     "WorkerDict.actor_rollout_compute_log_prob",
     "WorkerDict.critic_update_critic",
     "WorkerDict.actor_rollout_update_actor",
@@ -53,7 +58,11 @@ def test_dashboard_needs_the_token(demo, dashboard):
 def test_worker_dict_actors(dashboard):
     actors = [a for a in dashboard.rows("actors", detail="true") if a["state"] == "ALIVE"]
     classes = Counter(a["class_name"] for a in actors)
-    assert classes == {WORKER_DICT: 8, "TaskRunner": 1}, classes
+    assert classes == {WORKER_DICT: 8, "TaskRunner": 1, "vLLMHttpServer": 1, "AgentLoopWorker": 2,
+                       "RewardLoopWorker": 1}, classes
+    rollout = {a["name"]: a["class_name"] for a in actors if a["class_name"] != WORKER_DICT}
+    assert rollout == {"": "TaskRunner", "vllm_server_0_0": "vLLMHttpServer", "agent_loop_worker_0": "AgentLoopWorker",
+                       "agent_loop_worker_1": "AgentLoopWorker", "reward_loop_worker_0": "RewardLoopWorker"}, rollout
 
     groups: dict[str, list[dict[str, Any]]] = {}
     for a in actors:
@@ -84,7 +93,7 @@ def test_worker_dict_actors(dashboard):
 def test_running_tasks_cycle_through_phases(demo, dashboard):
     # A full step is ~10 s; returns from start_demo at the start of step 1.
     seen: set[str] = set()
-    deadline = time.monotonic() + 40
+    deadline = time.monotonic() + 120  # two steps; slower when the machine is busy
     while not (seen >= LONG_PHASES and demo.progress().get("step", 0) >= 2) and time.monotonic() < deadline:
         # Right after start, actor creation tasks ("<name>:WorkerDict.__init__") can still read RUNNING
         # (task events reach GCS in batches); phases are the ACTOR_TASK rows.
@@ -93,12 +102,21 @@ def test_running_tasks_cycle_through_phases(demo, dashboard):
         seen |= names
         time.sleep(0.5)
     assert seen >= LONG_PHASES, f"missing {LONG_PHASES - seen}; seen {sorted(seen)}"
+    assert demo.progress().get("step", 0) >= 2, demo.progress()
     # init_model rows may lag the same way at the start.
-    extra = {n for n in seen - set(PHASES) - {"TaskRunner.run"} if not n.endswith("_init_model")}
+    extra = {n for n in seen - set(PHASES) - {"TaskRunner.run", "vLLMHttpServer.launch_server"}
+             if not n.endswith("_init_model")}
     assert not extra, extra
 
-    # Short phases may fall between polls, but each has run by now (finished attempts are listed too).
-    all_names = Counter(t["name"] for t in dashboard.rows("tasks", limit=10000))
+    # Short phases may fall between polls, but each has run by now (finished attempts are listed too); the
+    # last one of step 1 (the rollout server's weight load) ends as step 2 starts and its event reaches the
+    # dashboard a moment later.
+    deadline = time.monotonic() + 20
+    while True:
+        all_names = Counter(t["name"] for t in dashboard.rows("tasks", limit=10000))
+        if all(all_names[phase] for phase in PHASES) or time.monotonic() > deadline:
+            break
+        time.sleep(1)
     for phase in PHASES:
         assert all_names[phase] > 0, f"{phase} never ran: {sorted(all_names)}"
     # init_model ran once in every process of every role; get_master_addr_port once per group.
@@ -107,6 +125,47 @@ def test_running_tasks_cycle_through_phases(demo, dashboard):
     assert all_names["WorkerDict.ref_init_model"] == 2
     assert all_names["WorkerDict.rm_init_model"] == 2
     assert all_names["get_master_addr_port"] == 3
+
+
+async def test_every_group_shows_its_roles_soon(demo):
+    """A monitor started on a running job names every colocated group's roles within a few polls, the groups
+    whose methods are too short to be seen running (rm scores a batch in well under a poll) included."""
+    from verltop.engine import Intervals, Monitor
+    from verltop.sources.config import Endpoint
+
+    mon = Monitor(Endpoint(demo.address, "--address", demo.token, "demo"), Intervals.every(1.0), use_local=False)
+    got = []
+    mon.subscribe(got.append)
+    mon.start()
+    try:
+        deadline = time.monotonic() + 40
+        roles: dict[str | None, tuple[str, ...]] = {}
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
+            if got:
+                roles = {a.worker_group: a.roles for a in got[-1].actors if a.worker_group}
+                if len(roles) == 3 and all("other" not in r for r in roles.values()):
+                    break
+        assert sorted(sorted(r) for r in roles.values()) == [["actor_rollout", "critic"], ["ref"], ["rm"]], roles
+    finally:
+        await mon.stop()
+
+
+def test_one_shot_snapshot_measures_cpu(demo):
+    """`verltop snapshot --json` samples this machine's processes over a short window: every live actor has a
+    CPU figure (a single read would measure nothing and say null)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "RAY_AUTH_TOKEN": demo.token or ""}
+    p = subprocess.run([sys.executable, "-m", "verltop", "--address", demo.address, "snapshot", "--json"],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert p.returncode == 0, p.stderr
+    alive = [a for a in json.loads(p.stdout)["actors"] if a["state"] == "ALIVE"]
+    assert len(alive) >= 9
+    assert all(isinstance(a["cpu_percent"], (int, float)) for a in alive), [(a["actor_name"], a["cpu_percent"]) for a in alive]
+    assert any(a["cpu_percent"] > 0 for a in alive)  # the controller and the training ranks do work
 
 
 def test_hang_blocks_peers_in_update_actor(hung_demo, dashboard):

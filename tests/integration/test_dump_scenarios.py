@@ -79,7 +79,9 @@ def test_idle_job_has_no_suspect(scenario_cluster):
     assert ranks_of(d, c.prefix["B"])[0]["roles"] == ["ref"]
     ctl = controller(d)
     assert ctl["class_name"] == "TaskRunner" and ctl["pid"] == c.info["runner_pid"] and ctl["error"] is None
-    assert len(d["ranks"]) == 9 and d["suspects"] == []
+    assert len(d["ranks"]) == 10 and d["suspects"] == []  # the controller, 8 ranks and the driver (this host)
+    (drv,) = [r for r in d["ranks"] if r["role"] == "driver"]
+    assert drv["actor_id"] is None and drv["error"] is None and drv["process"] is None
 
 
 def test_straggler_outside_any_collective(scenario_cluster):
@@ -141,7 +143,7 @@ def test_controller_waits_on_the_rank_still_running(scenario_cluster):
             why = d["suspects"][0]["reason"]
             assert "controller waits in ray.get" in why and "ranks 0-1,3" in why and "finished" in why, why
         check_group(c, d, "B", dict.fromkeys(range(4)))  # the whole job: B is idle, and no suspect there
-        assert len(d["ranks"]) == 9
+        assert len(d["ranks"]) == 10  # and the driver
     finally:
         c.finish(tag)
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from tests.captures import ray_gpu_cluster
 from verltop.analysis.stalls import StallSettings
 from verltop.engine.monitor import Intervals
 from verltop.sources.config import Endpoint
+from verltop.sources.pyspy import DumpOptions
 from verltop.ui.app import VerltopApp
+from verltop.ui.screens.stacks import StackScreen
 from verltop.ui.widgets.actor_table import ActorTable
 
 
@@ -121,3 +124,111 @@ async def test_starts_with_dashboard_down_then_says_why():
                 break
         assert "not reachable" in str(header.render())
         await pilot.press("q")
+
+
+async def test_a_bug_in_a_poll_is_shown_not_swallowed(replay, monkeypatch):
+    """A poll that raises (a verltop bug, injected: a dashboard cannot cause one) is named in the header
+    with its exception instead of the data silently going stale, and clears when the poll works again."""
+    from verltop.sources import parse
+
+    app = make_app(replay.url)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await wait_rows(pilot, app, 5)
+        real = parse.node_detail
+
+        def broken(doc, now=None):
+            raise KeyError("workers")
+
+        monkeypatch.setattr(parse, "node_detail", broken)
+        header = app.screen.query_one("#header")
+        for _ in range(50):
+            await pilot.pause(0.1)
+            if "node details poll failed" in header.text.plain:
+                break
+        assert "engine: node details poll failed: KeyError: 'workers'" in header.text.plain
+        assert "verltop's log" in header.text.plain
+        monkeypatch.setattr(parse, "node_detail", real)
+        for _ in range(50):
+            await pilot.pause(0.1)
+            if "poll failed" not in header.text.plain:
+                break
+        assert "poll failed" not in header.text.plain
+
+
+async def test_a_dump_that_fails_says_so_on_its_screen(replay, monkeypatch):
+    """A dump whose capture raises (a bug, injected) ends with the reason on the stack screen, never with
+    "dumping…" left there for ever; `r` then works again."""
+    from verltop.sources import stacks
+
+    app = make_app(replay.url)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await wait_rows(pilot, app, 5)
+
+        async def broken(self, targets, on_progress=None):
+            raise RuntimeError("capture exploded")
+
+        monkeypatch.setattr(stacks.StackCapture, "capture", broken)
+        await pilot.press("D")
+        status = app.screen.query_one("#stack-status")
+        for _ in range(50):
+            await pilot.pause(0.1)
+            if "failed" in str(status.render()):
+                break
+        text = str(status.render())
+        assert "the dump failed: RuntimeError: capture exploded" in text and "dumping" not in text
+        assert app.screen.report is None and app.screen.job.problem.kind == "internal"
+
+
+async def test_stack_screen_opens_a_finished_dump_and_r_takes_a_new_one():
+    """``StackScreen(snap, report=...)`` shows a dump as it is, taking nothing; ``r`` dumps again through a
+    live engine, and is refused by a recording; ``f`` on a dump not taken here says what to do."""
+    with ray_gpu_cluster().dashboard() as dash:
+        app = make_app(dash.url)
+        opts = DumpOptions(samples=2, interval_s=0.0, via="dashboard")
+        async with app.run_test(size=(200, 50)) as pilot:
+            await wait_rows(pilot, app, 5)
+            for _ in range(100):  # every source in: tasks, and the GPU figures that name rank 0's wait
+                snap = app.snapshot
+                if snap and all(a.task for a in snap.actors) and any(a.gpu_util_percent for a in snap.actors):
+                    break
+                await pilot.pause(0.1)
+            report = await app.engine.dump(app.snapshot, None, opts).run()
+            assert report is not None and [(s.worker_group, s.rank) for s in report.suspects] == [("abcd", 1)]
+            tracebacks = lambda: sum(1 for _, p in dash.requests if p.startswith("/worker/traceback"))  # noqa: E731
+            taken = tracebacks()
+            assert taken == 6  # 3 ranks x 2 samples
+
+            await app.push_screen(StackScreen(app.snapshot, report=report, opts=opts))
+            await pilot.pause()
+            screen = app.screen
+            assert screen.report is report and screen.job is None and tracebacks() == taken  # nothing taken
+            assert str(screen.query_one("#stack-status").render()).startswith("3/3 ranks dumped, 2 samples")
+            assert "abcd:1" in str(screen.query_one("#suspects").render())
+            ranks = screen.query_one("#ranks")
+            assert ranks.row_count == 3 and str(ranks.get_row_at(0)[0]) == "▶ abcd"
+            await pilot.press("f")
+            assert "r takes a new one" in [n.message for n in app._notifications][-1]
+            await pilot.press("enter")
+            assert type(app.screen).__name__ == "RankStackScreen" and "abcd:1" in str(app.screen.query_one("#rank-stack").render())
+            await pilot.press("escape")
+            assert app.screen is screen
+
+            await pilot.press("r")  # a live engine: a new dump
+            for _ in range(200):  # a busy machine can take seconds
+                if screen.report is not report and screen.job is not None and screen.job.stage == "done":
+                    break
+                await pilot.pause(0.1)
+            assert screen.report is not report and tracebacks() == 2 * taken
+            assert [(s.worker_group, s.rank) for s in screen.report.suspects] == [("abcd", 1)]
+
+            app.engine.live = False  # a recording: nothing to ask
+            await pilot.press("escape")
+            await app.push_screen(StackScreen(app.snapshot, report=report, opts=opts))
+            await pilot.pause()
+            await pilot.press("r")
+            await pilot.pause()
+            assert app.screen.report is report and tracebacks() == 2 * taken
+            assert [n.message for n in app._notifications][-1] == "a recording cannot take new dumps"
+            await pilot.press("f")
+            assert [n.message for n in app._notifications][-1] == ("a recording cannot ask ranks for Flight "
+                                                                  "Recorder dumps")

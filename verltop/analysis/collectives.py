@@ -128,6 +128,15 @@ def blocked_on(t: ThreadStack | None, gpu_util_percent: float | None = None,
     return None
 
 
+def calling_frame(b: BlockedOn | None, frames: tuple[Frame, ...]) -> str | None:
+    """Where a rank is, in one phrase: the frame that calls its wait, else its innermost Python frame (a
+    native dump's innermost ``libc.so.6 clock_nanosleep`` says nothing), else its innermost frame."""
+    if b is not None and b.frame:
+        return b.frame
+    f = next((f for f in frames if not is_native(f)), frames[0] if frames else None)
+    return f.short() if f else None
+
+
 def collective_pending(c: CollectiveInfo | None) -> bool:
     """Does the watchdog/Flight Recorder say this collective is still unfinished? Unknown counts as pending.
 

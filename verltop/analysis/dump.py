@@ -2,20 +2,46 @@
 
 from __future__ import annotations
 
-from verltop.analysis.collectives import blocked_on, stack_key, task_thread
+from dataclasses import replace
+
+from verltop.analysis import chains as wait_chains
+from verltop.analysis import ras as RAS
+from verltop.analysis.collectives import blocked_on, collective_pending, stack_key, task_thread
 from verltop.analysis.merge import equivalence_classes
+from verltop.analysis.pending_waits import pending_chains, pending_suspects_of
+from verltop.analysis.process_suspects import chain_suspects, merge_suspects, tp_suspects
 from verltop.analysis.suspects import find_suspects
-from verltop.model import ActorRow, CollectiveInfo, DumpReport, Problem, ProcessDump, RankDump
+from verltop.analysis.waiters import Activity, process_activity
+from verltop.model import (
+    ActorRow,
+    ChildProc,
+    CollectiveInfo,
+    Death,
+    DumpReport,
+    PendingItem,
+    Problem,
+    ProcessDump,
+    RankDump,
+    RasReport,
+    RawObjectRef,
+    RawTask,
+    Suspect,
+)
+
+
+def child_key(c: ChildProc) -> str:
+    """The samples key of a child process (an actor's own samples are keyed by its actor id)."""
+    return f"{c.actor_id}:{c.pid}"
 
 
 def analyse_rank(actor: ActorRow, samples: list[ProcessDump], collective: CollectiveInfo | None = None,
-                 gpu_busy_percent: float = 90.0) -> RankDump:
+                 gpu_busy_percent: float = 90.0, death: Death | None = None) -> RankDump:
     """One rank: its task thread in the last good sample, what it waits in, and whether it moved."""
     good = [s for s in samples if s.error is None and s.threads]
     if actor.state in ("DEAD", "RESTARTING") and not good:
         cause = f": {actor.death_cause}" if actor.death_cause else ""
         return RankDump(actor, tuple(samples), error=Problem("dead", f"actor is {actor.state}{cause}"),
-                        collective=collective)
+                        collective=collective, death=death)
     if not good:
         err = next((s.error for s in samples if s.error), None) or Problem("no_stack", "no stack")
         return RankDump(actor, tuple(samples), error=err, collective=collective)
@@ -34,7 +60,29 @@ def analyse_rank(actor: ActorRow, samples: list[ProcessDump], collective: Collec
             keys.add(stack_key(t.frames) if t else ())
         # "stuck" is about a task that does not progress; an idle worker's loop never moves either
         stuck = len(keys) == 1 if actor.task else None
-    return RankDump(actor, tuple(samples), main=main, blocked_on=b, stuck=stuck, collective=collective, error=gone)
+    return RankDump(actor, tuple(samples), main=main, blocked_on=b, stuck=stuck, collective=collective, error=gone,
+                    death=death)
+
+
+def analyse_child(actor: ActorRow, child: ChildProc, samples: list[ProcessDump]) -> RankDump:
+    """A descendant process of ``actor``, analysed as a rank of its own (its row is the actor's, with its pid)."""
+    r = analyse_rank(replace(actor, pid=child.pid), samples)
+    return replace(r, process=child.title or "?", parent_pid=child.ppid)
+
+
+def activity(r: RankDump) -> Activity:
+    """What the process does, from its last good sample; a process without a stack is ``unknown``."""
+    last = next((s for s in reversed(r.samples) if s.error is None and s.threads), None)
+    if last is None:
+        return Activity("unknown")
+    b = r.blocked_on
+    if b is not None and (b.gpu_wait or b.op in ("cuda_sync",)):
+        # an NCCL wait looks like the rank's own code from Python (`.item()` after the collective): the GPU
+        # signal and native frames said otherwise when blocked_on was worked out
+        c = r.collective
+        what = f"{c.op} #{c.seq}" if c is not None and c.op and collective_pending(c) else "a collective on the GPU"
+        return Activity("collective", what, b.frame)
+    return process_activity(last.threads, r.process)
 
 
 def analyse(
@@ -44,27 +92,84 @@ def analyse(
     collectives: dict[str, CollectiveInfo] | None = None,
     native: bool = False,
     notes: tuple[str, ...] = (),
+    children: list[ChildProc] | tuple[ChildProc, ...] = (),
+    deaths: dict[str, Death] | None = None,
+    tasks: list[RawTask] | tuple[RawTask, ...] = (),
+    refs: list[RawObjectRef] | tuple[RawObjectRef, ...] = (),
+    ras: RasReport | None = None,
+    pending: tuple[PendingItem, ...] = (),
 ) -> DumpReport:
+    """The report: every actor (a driver is a row with role ``driver``), every child process (samples keyed
+    by ``child_key``), wait chains from the running ``tasks`` and pending ``refs``, and the suspects.
+    ``pending``: the snapshot's unplaced placement groups (a wait on workers that do not exist ends there).
+    ``ras``: NCCL RAS's view of the communicators at dump time (its lagging and missing ranks become suspects
+    too, and its findings notes)."""
     collectives = collectives or {}
-    ranks = [analyse_rank(a, samples.get(a.actor_id, []), collectives.get(a.actor_id)) for a in actors]
+    deaths = deaths or {}
+    ranks = [analyse_rank(a, samples.get(a.actor_id, []), collectives.get(a.actor_id), death=deaths.get(a.actor_id))
+             for a in actors]
+    rows = {a.actor_id: a for a in actors}
+    kids = [analyse_child(rows[c.actor_id], c, samples.get(child_key(c), [])) for c in children
+            if c.actor_id in rows]
+    # each actor's processes right after it
+    by_actor: dict[str, list[RankDump]] = {}
+    for k in kids:
+        by_actor.setdefault(k.actor.actor_id, []).append(k)
+    every = [x for r in ranks for x in (r, *by_actor.get(r.actor.actor_id, ()))]
+    acts = {r.key: activity(r) for r in every}
+    drivers = {wait_chains.driver_task_id(a.job_id): a.actor_id for a in actors if a.role == "driver" and a.job_id}
+    chains = wait_chains.build(every, acts, tasks, refs, drivers)
+    if pending:  # a controller (or driver) in ray.get with no worker to wait on: its chain ends in the PG
+        chains = pending_chains(chains, every, acts, pending)
+    suspects = merge_suspects(find_suspects(every), tp_suspects(kids, acts), chain_suspects(chains, every, acts),
+                              pending_suspects_of(every, acts, pending))
     n_samples = max((len(v) for v in samples.values()), default=0)
+    found = RAS.findings(ras) if ras is not None else []
+    if found:
+        notes = tuple(dict.fromkeys((*notes, *RAS.summary(found))))
+        suspects = with_ras(suspects, RAS.suspects(found, ranks))
     return DumpReport(
         taken_at=taken_at,
-        ranks=tuple(ranks),
-        groups=equivalence_classes(ranks),
-        suspects=tuple(find_suspects(ranks)),
+        ranks=tuple(every),
+        groups=equivalence_classes(every),
+        suspects=tuple(suspects),
         native=native,
         samples=n_samples,
         notes=notes,
+        chains=tuple(chains),
     )
 
 
+def with_ras(stacks: list[Suspect], ras: list[Suspect]) -> list[Suspect]:
+    """RAS's suspects folded into the stacks' (one line per rank, strongest first): where both name a rank,
+    both reasons are given on its line."""
+    out = list(stacks)
+    for r in ras:
+        i = next((k for k, s in enumerate(out) if s.actor_id == r.actor_id and s.pid in (None, r.pid)), None)
+        if i is None:
+            out.append(r)
+        else:
+            s = out[i]
+            out[i] = replace(s, reason=f"{s.reason}; {r.reason}", score=max(s.score, r.score))
+    return sorted(out, key=lambda s: (-s.score, s.worker_group or "", s.rank if s.rank is not None else -1,
+                                      s.pid or 0))
+
+
 def dump_targets(actors: tuple[ActorRow, ...] | list[ActorRow], group: str | None = None) -> list[ActorRow]:
-    """Which actors a dump covers: every verl worker and the controller (dead ranks too, so a dead rank
-    can be named); with ``group``, that worker group (plus the controller)."""
+    """Which actors a dump covers: every actor of the job, of every role (worker groups, the controller,
+    rollout servers, agent and reward loops; dead ranks too, so a dead rank can be named); with ``group``,
+    that worker group (plus the controller), or the one actor whose name or id it is (``d`` on a rollout
+    server). Actors of other jobs on the cluster (verltop's own probe, another user's) are left out when
+    the job is known."""
+    jobs = {a.job_id for a in actors if a.job_id and (a.worker_group is not None or a.role != "other")}
+    named = [a for a in actors if group is not None and group in (a.actor_name, a.actor_id)]
+    if named:
+        return named
     out = []
     for a in actors:
-        verl = a.worker_group is not None or a.role not in ("other",)
+        if a.class_name.rsplit(".", 1)[-1] == "VerltopProbe":
+            continue
+        verl = a.worker_group is not None or a.role not in ("other",) or (jobs and a.job_id in jobs)
         if not verl:
             continue
         if group is not None and a.role != "controller" and a.worker_group != group:

@@ -44,13 +44,29 @@ def compact_labels(labels: Iterable[str]) -> str:
     return " ".join(parts + sorted(set(other)))
 
 
+def short_title(title: str | None) -> str:
+    """A child's title for labels: setproctitle's as it is (``VLLM::Worker_TP1``); a bare command line
+    (``/usr/bin/python3 -c import sys; ...``) by its program's name (``python3 …``)."""
+    if not title:
+        return "?"
+    if "::" in title or len(title) <= 32:
+        return title
+    first = title.split(" ", 1)[0].rsplit("/", 1)[-1]
+    return f"{first} …"
+
+
 def rank_label(r: RankDump) -> str:
     a = r.actor
+    if r.is_driver:
+        return "driver"
     if a.role == "controller":
-        return "controller"
-    if a.worker_group and a.rank is not None:
-        return f"{a.worker_group}:{a.rank}"
-    return a.actor_name or a.actor_id[:8]
+        base = "controller"
+    elif a.worker_group and a.rank is not None:
+        base = f"{a.worker_group}:{a.rank}"
+    else:
+        base = a.actor_name or a.actor_id[:8]
+    # a child process: "vllm_server_0_0/VLLM::Worker_TP1 (pid 4242)" (titles repeat across servers and forks)
+    return f"{base}/{short_title(r.process)} (pid {a.pid})" if r.process is not None else base
 
 
 def python_frames(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:

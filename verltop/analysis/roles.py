@@ -84,6 +84,7 @@ class Identity:
     base_role: str  # role from the class or name alone ("colocated" for WorkerDict)
     fr_dump_prefix: str | None = None
     fr_pipe_prefix: str | None = None
+    ras_addr: str | None = None
 
 
 def short_class(class_name: str) -> str:
@@ -136,6 +137,7 @@ def identity(a: RawActor) -> Identity:
         worker_group=group, rank=rank, world_size=world, base_role=base_role(a.class_name, a.name),
         fr_dump_prefix=a.env_get("TORCH_FR_DUMP_TEMP_FILE") or a.env_get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE"),
         fr_pipe_prefix=a.env_get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE"),
+        ras_addr=a.env_get("NCCL_RAS_ADDR"),
     )
 
 

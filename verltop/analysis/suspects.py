@@ -1,7 +1,10 @@
 """Which ranks hold the others up, most likely first, each with a reason.
 
 Rules (a rank simply waiting with its peers is never a suspect):
-- a DEAD or RESTARTING rank whose peers wait;
+- a DEAD or RESTARTING rank whose peers wait, or whose peers live on (their collective failed with it:
+  gloo's "Connection closed by peer");
+- a rank that NCCL's watchdog killed (death ``nccl_timeout``) waited in its collective: it counts as waiting,
+  and the live ranks that never reached that collective are the suspects (it is one only when none is);
 - in a worker group where most ranks wait in one collective, the ranks that are not in it;
 - ranks of one group in different collectives (a mismatch): the minority side, naming both ops;
 - a controller in ``ray.get`` points at the group it waits on: that group's ranks still running while
@@ -66,10 +69,23 @@ def _wait(rs: list[RankDump]) -> str:
     return "waits" if len(rs) == 1 else "wait"
 
 
+def _death(r: RankDump) -> str:
+    if r.death is not None:
+        return f"{r.death.kind}: {r.death.detail}" if r.death.detail else r.death.kind
+    return r.actor.death_cause or ""
+
+
+def _timed_out(r: RankDump) -> bool:
+    """Killed by NCCL's watchdog while it waited in a collective: a victim of the hang, not its cause."""
+    return r.death is not None and r.death.kind == "nccl_timeout"
+
+
 def find_suspects(ranks: list[RankDump]) -> list[Suspect]:
     groups: dict[str, list[RankDump]] = {}
     controller_waits = None
     for r in ranks:
+        if r.process is not None or r.is_driver:
+            continue  # child processes and drivers are not ranks of a worker group (see chains.py)
         if r.actor.role == "controller":
             if r.blocked_on and r.blocked_on.op == "ray.get":
                 controller_waits = r
@@ -80,20 +96,32 @@ def find_suspects(ranks: list[RankDump]) -> list[Suspect]:
     out: list[Suspect] = []
 
     def add(r: RankDump, reason: str, score: float) -> None:
-        out.append(Suspect(r.actor.actor_id, r.actor.worker_group, r.actor.rank, reason, score))
+        out.append(Suspect(r.actor.actor_id, r.actor.worker_group, r.actor.rank, reason, score, r.actor.pid))
 
     for g, members in groups.items():
         ops = {id(r): _coll_op(r) for r in members}
-        waiting = [r for r in members if ops[id(r)]]
         dead = [r for r in members if r.actor.state in ("DEAD", "RESTARTING")]
+        timed_out = [r for r in dead if _timed_out(r)]
+        for r in timed_out:  # it sat in this collective until the watchdog killed it
+            ops[id(r)] = (r.collective.op if r.collective and r.collective.op else None) or "an NCCL collective"
+        waiting = [r for r in members if ops[id(r)]]
+        live = [r for r in members if r not in dead]
+        culprits = [r for r in dead if r not in timed_out]
+        if culprits and live:
+            live_waiting = [r for r in waiting if r in live]
+            for r in culprits:
+                cause = f" ({_death(r)})" if _death(r) else ""
+                if live_waiting:
+                    top = Counter(ops[id(x)] for x in live_waiting).most_common(1)[0][0]
+                    why = f"while {_ranks(live_waiting)} of {g} {_wait(live_waiting)} in {top}"
+                else:
+                    why = (f"while {_ranks(live)} of {g} live on (a collective with a dead rank fails on its "
+                           "peers, or they wait for it)")
+                add(r, f"{r.actor.state}{cause} {why}", 100)
         if not waiting:
             continue
         counts = Counter(ops[id(r)] for r in waiting)
         top_op, top_n = counts.most_common(1)[0]
-        live = [r for r in members if r not in dead]
-        for r in dead:
-            cause = f" ({r.actor.death_cause})" if r.actor.death_cause else ""
-            add(r, f"{r.actor.state}{cause} while {_ranks(waiting)} of {g} {_wait(waiting)} in {top_op}", 100)
         # mismatch: several collectives at once in one group
         if len(counts) > 1:
             for op, n in counts.items():
@@ -115,13 +143,18 @@ def find_suspects(ranks: list[RankDump]) -> list[Suspect]:
             known = [r for r in outside if not r.error]
             max_enq = max((r.collective.last_enqueued for r in members
                            if r.collective and r.collective.last_enqueued is not None), default=None)
+            died = f" ({_ranks(timed_out)} timed out in it and died)" if timed_out else ""
             for r in known:
                 score = 90 if r.stuck is not False else 70
-                add(r, f"not in {top_op} with {_ranks(waiting)} of {g}: {_where(r)}{_motion(r)}"
+                add(r, f"not in {top_op} with {_ranks(waiting)} of {g}{died}: {_where(r)}{_motion(r)}"
                        f"{_never_reached(r, max_enq)}", score)
             if not known:
                 for r in outside:
-                    add(r, f"not seen in {top_op} with {_ranks(waiting)} of {g}: {_where(r)}", 30)
+                    add(r, f"not seen in {top_op} with {_ranks(waiting)} of {g}{died}: {_where(r)}", 30)
+            if timed_out and live and not outside:
+                # no live rank stands outside the collective: the dead ones are what there is to show
+                for r in timed_out:
+                    add(r, f"{r.actor.state} ({_death(r)}); no live rank of {g} is seen outside {top_op}", 50)
 
     if controller_waits is not None:
         for g, members in groups.items():
@@ -137,12 +170,13 @@ def find_suspects(ranks: list[RankDump]) -> list[Suspect]:
         out = [
             Suspect(s.actor_id, s.worker_group, s.rank,
                     s.reason if "controller" in s.reason else f"{s.reason} (the controller waits on it in ray.get at {via})",
-                    s.score)
+                    s.score, s.pid)
             for s in out
         ]
-    # one line per rank: keep its strongest reason
-    best: dict[str, Suspect] = {}
+    # one line per process: keep its strongest reason
+    best: dict[tuple[str, int | None], Suspect] = {}
     for s in out:
-        if s.actor_id not in best or s.score > best[s.actor_id].score:
-            best[s.actor_id] = s
+        k = (s.actor_id, s.pid)
+        if k not in best or s.score > best[k].score:
+            best[k] = s
     return sorted(best.values(), key=lambda s: (-s.score, s.worker_group or "", s.rank if s.rank is not None else -1))

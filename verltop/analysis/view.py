@@ -4,10 +4,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from verltop.analysis import processes as P
+from verltop.analysis import ras as RAS
 from verltop.analysis import roles as R
 from verltop.analysis.history import TaskHistory
+from verltop.analysis.pending import PendingData, build_pending, startup_stall
 from verltop.analysis.stalls import StallSettings, TaskView, stalls_for
-from verltop.model import ActorRow, Gpu, Node, ProcStat, RawActor, RawTask, Snapshot, SourceStatus
+from verltop.model import (
+    ActorRow,
+    Gpu,
+    Node,
+    ProcStat,
+    ProcTree,
+    RasReport,
+    RawActor,
+    RawTask,
+    Snapshot,
+    SourceStatus,
+)
 
 _NO_STALL_ROLES = ("controller", "other")
 
@@ -26,6 +40,10 @@ class ClusterData:
     local_gpu_error: str | None = None
     sources: tuple[SourceStatus, ...] = ()
     truncated: str | None = None
+    ras: RasReport | None = None  # NCCL RAS, read while a stall is suspected
+    local_tree: ProcTree | None = None  # this machine's processes below the local actors
+    remote_trees: tuple[ProcTree, ...] = ()  # other nodes', read through a probe (node_id set)
+    pending: PendingData = field(default_factory=PendingData)
 
 
 def group_key(ident: R.Identity, class_name: str) -> str:
@@ -77,6 +95,8 @@ def build_snapshot(
     procs_by_node: dict[str, dict[int, ProcStat]] = {
         n.node_id: {p.pid: p for p in n.procs} for n in data.nodes if n.procs
     }
+    trees = P.tree_views(data.local_tree, data.local_node_ids, data.local_gpus, data.remote_trees, nodes)
+    attach = P.by_actor(data.actors, trees, nodes)
 
     # Roles of colocated workers are shared by their worker group: ranks run the same methods.
     idents = {a.actor_id: R.identity(a) for a in data.actors}
@@ -87,6 +107,8 @@ def build_snapshot(
             group_methods.setdefault(group_key(idents[a.actor_id], a.class_name), set()).update(ms)
 
     group_roles = {g: R.roles_from_methods(ms) for g, ms in group_methods.items()}
+    pending = build_pending(data.pending, data.actors, data.nodes, now)
+    pending_actor = {p.id: p for p in pending if p.kind == "actor"}
     stall_memo: dict = {}
     rows: list[ActorRow] = []
     running_roles: list[tuple[str, str | None]] = []
@@ -133,6 +155,14 @@ def build_snapshot(
             if gpu_hit is None:
                 gpu_hit = gpus_by_node.get(a.node_id or "", {}).get(a.pid)
         gpu, gpu_mem = gpu_hit if gpu_hit else (None, None)
+        gpu_total = gpu.mem_total_bytes if gpu else None
+        att = attach.get(a.actor_id)
+        if att is not None and att.gpu_mem_bytes:
+            # its children's GPU memory is the actor's too (a rollout server's engine holds it, not the actor)
+            used = {id(g): g for g in (gpu, *att.gpus) if g is not None}
+            gpu_mem = (gpu_mem or 0) + att.gpu_mem_bytes
+            gpu = gpu or att.gpu
+            gpu_total = sum(g.mem_total_bytes or 0 for g in used.values()) or None
 
         row = ActorRow(
             actor_id=a.actor_id,
@@ -153,7 +183,7 @@ def build_snapshot(
             gpu_index=gpu.index if gpu else None,
             gpu_util_percent=gpu.util_percent if gpu else None,
             gpu_mem_bytes=gpu_mem,
-            gpu_mem_total_bytes=gpu.mem_total_bytes if gpu else None,
+            gpu_mem_total_bytes=gpu_total,
             cpu_percent=cpu,
             rss_bytes=proc.rss_bytes if proc else None,
             host_mem_total_bytes=node.mem_total_bytes if node else None,
@@ -162,10 +192,19 @@ def build_snapshot(
             fr_dump_prefix=ident.fr_dump_prefix,
             fr_pipe_prefix=ident.fr_pipe_prefix,
             task_start_s=start_s,
+            ras_addr=ident.ras_addr,
+            processes=att.processes if att else (),
+            processes_read_at=att.read_at if att else None,
+            death_text=a.death_text,
             num_restarts=a.num_restarts,
             gpu_power_w=gpu.power_w if gpu else None,
         )
-        if role not in _NO_STALL_ROLES or not alive:
+        startup = None if alive and not a.num_restarts else startup_stall(
+            a, pending_actor.get(a.actor_id), data.pending, now, cfg.pending_after_s, cfg.startup_after_s,
+            cfg.restart_window_s)
+        if startup is not None and not alive:
+            row = replace(row, stalls=(startup,))
+        elif role not in _NO_STALL_ROLES or not alive:
             view = TaskView(
                 actor_id=a.actor_id,
                 group=gk,
@@ -179,10 +218,17 @@ def build_snapshot(
                 death_cause=a.death_cause,
             )
             st = stalls_for(view, hist, now, cfg, stall_memo)
-            if st:
-                row = replace(row, stalls=st)
+            if st or startup is not None:
+                row = replace(row, stalls=(startup, *st) if startup is not None else st)
+        elif startup is not None:  # a controller or helper actor in a restart loop
+            row = replace(row, stalls=(startup,))
         rows.append(row)
 
+    if data.ras is not None:
+        by_actor = RAS.stalls(data.ras, [r for r in rows if r.state == "ALIVE"])
+        if by_actor:
+            rows = [replace(r, stalls=(by_actor[r.actor_id], *r.stalls)) if r.actor_id in by_actor else r
+                    for r in rows]
     rows.sort(key=sort_key)
     progress = now - hist.last_finish_s if hist.last_finish_s is not None else None
     merged_nodes = _local_gpus_into_nodes(data)
@@ -196,6 +242,8 @@ def build_snapshot(
         progress_s=progress,
         truncated=data.truncated,
         gpu_note=data.local_gpu_error,
+        orphans=P.orphans(trees, data.actors, nodes) if trees else None,
+        pending=pending,
     )
 
 

@@ -42,6 +42,7 @@ for _mod in ("ray", "torch", "verl"):
         raise ImportError(f"verltop demo needs {_mod}", name=_mod)
 
 HANG_REQUEST_FILE = "hang_request"
+HANG_TARGETS = ("rank", "tp1", "sandbox")  # as in job.py
 # Duplicated from workers.py / job.py to keep this module free of torch and verl imports.
 HUNG_FILE = "hung"
 RELEASE_FILE = "release"
@@ -65,26 +66,31 @@ class DemoHandle:
     _run_ref: Any = field(default=None, repr=False)
     _stopped: bool = field(default=False, repr=False)
 
-    def request_hang(self, kind: str = "collective") -> None:
-        """Ask the controller to hang the configured rank in the next ``update_actor`` (no Ray needed).
-
-        ``collective``: the rank stops before a gradient ``all_reduce``, so its peers block in it;
-        ``late``: the rank stops after its last collective, so its peers finish and it arrives late."""
-        Path(self.hang_file).write_text(json.dumps({"time": time.time(), "kind": kind}))
+    def request_hang(self, target: str = "rank") -> None:
+        """Ask the controller for a hang (no Ray needed): ``rank`` (the configured trainer rank, in the next
+        ``update_actor``), ``late`` (that rank stops after its last collective: its peers finish and it
+        arrives late), ``tp1`` (TP worker 1 of ``vllm_server_0_0``, in ``_load_weights_bucket`` at the next
+        weight sync) or ``sandbox`` (a sandbox child of ``reward_loop_worker_0`` that never returns, in the
+        next generation)."""
+        if target not in HANG_TARGETS:
+            raise ValueError(f"unknown hang target {target!r} (one of {', '.join(HANG_TARGETS)})")
+        Path(self.hang_file).write_text(json.dumps({"target": target, "time": time.time()}))
 
     def hung(self) -> bool:
         """True while the hang is in place: the stuck rank writes the marker when it stops taking part."""
         return Path(self.state_dir, HUNG_FILE).exists()
 
     def hang_info(self) -> dict[str, Any] | None:
-        """``{"step", "rank", "pid", "since"}`` of the stuck rank while hung, else None."""
+        """``{"step", "rank", "pid", "since"}`` of the stuck process while hung, else None; a TP worker or a
+        sandbox adds ``"target"`` (``tp1``, ``sandbox``) and ``rank`` is its TP rank (0 for a sandbox)."""
         try:
             return json.loads(Path(self.state_dir, HUNG_FILE).read_text())
         except (OSError, ValueError):
             return None
 
     def release_hang(self) -> None:
-        """Let the stuck rank rejoin its collective so that the job trains on (used by the tests)."""
+        """Let the stuck process go on (a rank rejoins its collective, a TP worker finishes loading, a
+        sandbox returns) so that the job trains on (used by the tests)."""
         Path(self.state_dir, RELEASE_FILE).write_text(str(time.time()))
 
     def progress(self) -> dict[str, Any]:
@@ -105,8 +111,9 @@ class DemoHandle:
         return out
 
     def worker_pids(self) -> dict[int, dict[str, Any]]:
-        """pid -> {"role", "rank"} for the TaskRunner and every WorkerDict process (colocated roles
-        share a pid; the last role to start is named)."""
+        """pid -> {"role", "rank"} for the TaskRunner, every WorkerDict process (colocated roles share a pid;
+        the last role to start is named), the rollout actors (``rollout_server``, ``agent_loop``,
+        ``reward_loop``) and the engine's processes (``engine_core``, ``tp_worker``)."""
         out: dict[int, dict[str, Any]] = {}
         d = Path(self.state_dir, PIDS_DIR)
         for f in sorted(d.glob("*")) if d.is_dir() else []:
@@ -141,11 +148,14 @@ def start_demo(
     seed: int = 0,
     scale: float = 1.0,
     enable_profiling: bool = True,
+    hang_target: str = "rank",
 ) -> DemoHandle:
     """Start a local Ray cluster with the dashboard and launch the demo job; return once step 1 runs.
 
-    ``hang_after``: steps that complete before rank ``hang_rank`` of the actor_rollout/critic group hangs
-    in ``update_actor`` of the next step (None: only on ``request_hang``). ``num_cpus``: logical CPUs for
+    ``hang_after``: steps that complete before ``hang_target`` hangs in the next step (None: only on
+    ``request_hang``); target ``rank``: rank ``hang_rank`` of the actor_rollout/critic group, in
+    ``update_actor``; ``tp1``: TP worker 1 of the rollout server, in its weight load; ``sandbox``: a
+    reward-loop sandbox child. ``num_cpus``: logical CPUs for
     Ray (the job reserves 9). ``dashboard_port``: None picks a free port. ``scale`` multiplies every phase
     duration (a step is ~10 s at 1.0).
 
@@ -164,6 +174,8 @@ def start_demo(
         raise RuntimeError("start_demo: this process is already connected to a Ray cluster")
     if not 0 <= hang_rank < 4:
         raise ValueError("hang_rank must be a rank of the 4-rank actor_rollout group (0..3)")
+    if hang_target not in HANG_TARGETS:
+        raise ValueError(f"hang_target must be one of {', '.join(HANG_TARGETS)}")
     port = dashboard_port or _free_port()
     state_dir = tempfile.mkdtemp(prefix="verltop-demo-")
     handle = DemoHandle(address=f"http://127.0.0.1:{port}", token=None,
@@ -198,7 +210,7 @@ def start_demo(
         handle._runner = TaskRunner.remote()
         handle._run_ref = handle._runner.run.remote({
             "state_dir": state_dir, "hang_file": handle.hang_file, "hang_after": hang_after,
-            "hang_rank": hang_rank, "seed": seed, "scale": scale, "max_steps": None,
+            "hang_rank": hang_rank, "hang_target": hang_target, "seed": seed, "scale": scale, "max_steps": None,
         })
         _wait_ready(handle, wait_ready_s)
     except BaseException:  # Ctrl-C and timeouts too: never leave a half-started cluster behind
@@ -283,7 +295,10 @@ def _kill_leftovers(pids: dict[int, dict[str, Any]], grace_s: float = 0.5) -> No
     for pid in pids:
         with contextlib.suppress(psutil.Error, IndexError):
             p = psutil.Process(pid)
-            if p.cmdline()[0].startswith("ray::"):  # a Ray worker, not a reused pid
+            cmd = p.cmdline()
+            # a Ray worker or the demo engine's process (titled, or not when setproctitle is missing), not a
+            # reused pid
+            if cmd[0].startswith(("ray::", "VLLM::")) or "verltop.demo.engine" in " ".join(cmd):
                 procs.append(p)
 
     def running() -> list[psutil.Process]:

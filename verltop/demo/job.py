@@ -4,14 +4,26 @@ It mirrors ``verl/trainer/main_ppo.py`` (``TaskRunner.run``) and ``RayPPOTrainer
 
 - ``global_pool`` (4 bundles): ``actor_rollout`` + ``critic`` fused in one WorkerDict group of 4 ranks;
 - ``ref_pool`` (2 bundles): ``ref`` in its own WorkerDict group of 2 ranks;
-- ``reward_pool`` (2 bundles): ``rm`` in its own WorkerDict group of 2 ranks.
+- ``reward_pool`` (2 bundles): ``rm`` in its own WorkerDict group of 2 ranks;
+- the agent-loop rollout of verl 0.9 (``rollout.py``): a ``vLLMHttpServer`` actor (``vllm_server_0_0``) whose
+  engine runs in child processes (``VLLM::EngineCore_DP0`` → ``VLLM::Worker_TP0``/``TP1``), two
+  ``AgentLoopWorker`` actors that generate on it, and a ``RewardLoopWorker`` that scores in a sandbox child.
 
 Each group comes from ``create_colocated_worker_cls`` + ``RayWorkerGroup(...).spawn(prefix_set=...)``, so
 actor names are ``{6 random chars}WorkerDict_0:{local_rank}`` and tasks ``WorkerDict.{role}_{method}``.
 
-Hang requests arrive as a flag file (``config["hang_file"]``), so the requester never needs Ray. The
-controller looks for it before each step and again just before ``update_actor``, and deletes it when it
-acts on it (one request = one hang).
+A step: generation through the agent loops (each prompt: ``vLLMHttpServer.generate`` → the engine's batch →
+a gloo all-reduce among the TP workers per decode step; then ``RewardLoopWorker.compute_score`` → sandbox),
+the reward model, log-probs, values, advantages, the critic and actor updates, and the weight sync (the
+trainer's ranks, then the server's TP workers load the new weights).
+
+Hang requests arrive as a flag file (``config["hang_file"]``, JSON ``{"target"}``), so the requester never
+needs Ray. Targets: ``rank`` (rank ``hang_rank`` of the trainer stops before its gradient all-reduce in
+``update_actor``), ``late`` (that rank stops after its last collective: its peers finish, it arrives
+late), ``tp1`` (TP worker 1 of the rollout server stops inside ``_load_weights_bucket`` at the
+weight sync), ``sandbox`` (one sandbox child of the reward loop never returns, during generation). The
+controller looks for the file before each step and before the points where a target fires, and deletes it
+when it takes it (one request = one hang).
 """
 
 from __future__ import annotations
@@ -29,6 +41,9 @@ import ray
 TASK_RUNNER_CPUS = 1
 PROGRESS_FILE = "progress.json"
 PHASE_LOG = "phases.jsonl"  # one line per phase as it begins: the job's own timing, for comparisons
+HANG_TARGETS = ("rank", "late", "tp1", "sandbox")
+AGENT_LOOP_WORKERS = 2
+PROMPTS_PER_WORKER = 4
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
@@ -44,8 +59,8 @@ class TaskRunner:
     def run(self, config: dict[str, Any]) -> int:
         """Build the worker groups and train until ``config["max_steps"]`` (None = forever).
 
-        config keys: state_dir, hang_file, hang_after (int | None), hang_rank, seed, scale, max_steps.
-        Returns the number of completed steps.
+        config keys: state_dir, hang_file, hang_after (int | None), hang_rank, hang_target, seed, scale,
+        max_steps. Returns the number of completed steps.
         """
         from verl.single_controller.ray import (
             RayClassWithInitArgs,
@@ -54,17 +69,28 @@ class TaskRunner:
             create_colocated_worker_cls,
         )
 
+        from verltop.demo.rollout import SERVER_NAME, AgentLoopWorker, RewardLoopWorker, vLLMHttpServer
         from verltop.demo.workers import ActorRolloutWorker, CriticWorker, RefPolicyWorker, RewardModelWorker
 
         self.state_dir = Path(config["state_dir"])
         self.hang_file = Path(config["hang_file"])
-        hang_after: int | None = config.get("hang_after")
+        self.hang_after: int | None = config.get("hang_after")
+        self.hang_target: str = config.get("hang_target", "rank")
         hang_rank: int = config.get("hang_rank", 2)
+        seed = config.get("seed", 0)
         max_steps: int | None = config.get("max_steps")
-        role_kwargs = {"state_dir": str(self.state_dir), "seed": config.get("seed", 0),
+        role_kwargs = {"state_dir": str(self.state_dir), "seed": seed,
                        "scale": config.get("scale", 1.0)}
         self._progress(0, "init")
         self._record_pid()
+
+        # The rollout first: its engine and TP workers start while the worker groups do.
+        state = str(self.state_dir)
+        reward_loop = ray.remote(RewardLoopWorker).options(name="reward_loop_worker_0", num_cpus=0).remote(state, seed)
+        server = ray.remote(vLLMHttpServer).options(name=SERVER_NAME, num_cpus=0).remote(state, seed)
+        server_ready = server.launch_server.remote()
+        agent_loops = [ray.remote(AgentLoopWorker).options(name=f"agent_loop_worker_{i}", num_cpus=0).remote(
+            i, server, reward_loop, state, seed) for i in range(AGENT_LOOP_WORKERS)]
 
         def build(pool: RayResourcePool, roles: dict[str, type]) -> dict[str, RayWorkerGroup]:
             class_dict = {key: RayClassWithInitArgs(cls=ray.remote(cls), **role_kwargs) for key, cls in roles.items()}
@@ -89,14 +115,19 @@ class TaskRunner:
         ref.init_model()
         rm.init_model()
         actor.init_model()
+        ray.get(server_ready)
 
         step = 0
-        hang_kind: str | None = None
+        pending: str | None = None  # a hang target taken, waiting for its point in the step
         while max_steps is None or step < max_steps:
             step += 1
-            self._progress(step, "gen")
-            hang_kind = hang_kind or self._take_hang_request(step, hang_after)
-            actor.generate_sequences(step=step)
+            pending = pending or self._take_hang_request(step)
+            hang_sandbox = pending == "sandbox"
+            self._progress(step, "gen", hanging=hang_sandbox)
+            pending = None if hang_sandbox else pending
+            # verl's AgentLoopManager.generate_sequences: the batch split over the agent-loop workers
+            ray.get([w.generate_sequences.remote(step, PROMPTS_PER_WORKER, hang_sandbox and i == 0)
+                     for i, w in enumerate(agent_loops)])
             self._progress(step, "reward")
             rm.compute_rm_score(step=step)
             self._progress(step, "old_log_prob")
@@ -109,30 +140,40 @@ class TaskRunner:
             self._compute_advantage(step)
             self._progress(step, "update_critic")
             critic.update_critic(step=step)
-            hang_kind = hang_kind or self._take_hang_request(step, hang_after)
-            self._progress(step, "update_actor", hanging=hang_kind is not None)
-            if hang_kind:
-                hang_after = None  # a hang fires once; a released job trains on
+            pending = pending or self._take_hang_request(step)
+            hang_now = pending in ("rank", "late")
+            self._progress(step, "update_actor", hanging=hang_now)
+            late = pending == "late"
+            pending = None if hang_now else pending
             # While hanging, this ray.get (inside verl's func_generator) never returns.
-            actor.update_actor(step=step, hang_rank=hang_rank if hang_kind else -1, hang_late=hang_kind == "late")
-            hang_kind = None
+            actor.update_actor(step=step, hang_rank=hang_rank if hang_now else -1, hang_late=late)
             self._progress(step, "update_weights")
             actor.update_weights(step=step)
+            pending = pending or self._take_hang_request(step)
+            hang_now = pending == "tp1"
+            self._progress(step, "update_weights", hanging=hang_now)
+            pending = None if hang_now else pending
+            # the rollout server's TP workers load the new weights (TP worker 1 hangs there on request)
+            ray.get(server.update_weights.remote(step, 1 if hang_now else -1))
             self._progress(step, "done")
         return step
 
     # -- helpers -----------------------------------------------------------------------------------------
 
-    def _take_hang_request(self, step: int, hang_after: int | None) -> str | None:
-        """The kind of hang due in this step ("collective" or "late"), or None; consumes the flag file."""
+    def _take_hang_request(self, step: int) -> str | None:
+        """The hang target due now, if any: a request file (consumed), or the automatic hang after
+        ``hang_after`` steps (once: a released job trains on)."""
         if self.hang_file.exists():
             try:
-                kind = json.loads(self.hang_file.read_text()).get("kind", "collective")
+                target = json.loads(self.hang_file.read_text()).get("target", "rank")
             except (OSError, ValueError, AttributeError):
-                kind = "collective"
+                target = "rank"  # an older request: a bare timestamp
             self.hang_file.unlink(missing_ok=True)
-            return kind
-        return "collective" if hang_after is not None and step > hang_after else None
+            return target if target in HANG_TARGETS else "rank"
+        if self.hang_after is not None and step > self.hang_after:
+            self.hang_after = None
+            return self.hang_target
+        return None
 
     def _compute_advantage(self, step: int) -> None:
         # GAE runs in the controller in verl; a little torch work and no worker task.

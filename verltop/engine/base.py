@@ -5,15 +5,32 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from verltop.model import Problem, Snapshot
+from verltop.model import DumpReport, Problem, Snapshot
 
 if TYPE_CHECKING:
+    from verltop.engine.doctor import DoctorJob
+    from verltop.engine.doctor import ProgressFn as DoctorProgressFn
     from verltop.engine.dumps import DumpJob, ProgressFn
     from verltop.sources.pyspy import DumpOptions
 
 Subscriber = Callable[[Snapshot], None]
+DumpSubscriber = Callable[[DumpReport, "str | None"], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Playback:
+    """Where a replay stands (``Engine.playback()``; ``None`` on a live cluster)."""
+
+    at_s: float  # the recorded time shown
+    start_s: float
+    end_s: float
+    speed: float
+    paused: bool
+    ended: bool = False
+    name: str = ""  # what is replayed (file or incident)
 
 
 class Engine(ABC):
@@ -27,6 +44,7 @@ class Engine(ABC):
         self.latest: Snapshot | None = None
         self.paused = False
         self._subscribers: list[Subscriber] = []
+        self._dump_subscribers: list[DumpSubscriber] = []
 
     # ---------------------------------------------------------- lifecycle
 
@@ -50,8 +68,26 @@ class Engine(ABC):
         for fn in list(self._subscribers):
             fn(snap)
 
+    def subscribe_dumps(self, fn: DumpSubscriber) -> Callable[[], None]:
+        """``fn(report, group)`` after each finished dump (a recording keeps them). Returns the unsubscribe."""
+        self._dump_subscribers.append(fn)
+        return lambda: self._dump_subscribers.remove(fn) if fn in self._dump_subscribers else None
+
+    def _publish_dump(self, report: DumpReport, group: str | None) -> None:
+        for fn in list(self._dump_subscribers):
+            fn(report, group)
+
+    def playback(self) -> Playback | None:
+        """Where a replay stands; ``None`` on a live cluster."""
+        return None
+
     def set_focus(self, node_ids: Iterable[str]) -> None:  # noqa: B027 - optional hint
         """The nodes whose rows a view shows (top first): their per-process figures are read first."""
+
+    def want_processes(self, node_ids: Iterable[str]) -> list[str]:
+        """Read the process trees of these nodes too (other nodes are not read until asked). Returns the
+        nodes that will be read now; an engine that cannot read processes returns none."""
+        return []
 
     @property
     @abstractmethod
@@ -76,3 +112,9 @@ class Engine(ABC):
     @abstractmethod
     async def log_tail(self, actor_id: str, stream: str = "err", lines: int = 200) -> tuple[str | None, Problem | None]:
         """The last lines of an actor's stdout (``out``) or stderr (``err``), or why not."""
+
+    def doctor(self, path: str | None = None, node_timeout_s: float = 30.0,
+               on_progress: DoctorProgressFn | None = None) -> DoctorJob | None:
+        """A check of every node (versions, GPUs, NCCL environment, disks, clocks, ``path``), ready to
+        ``run()``; ``None`` where this engine cannot run one (a recording)."""
+        return None

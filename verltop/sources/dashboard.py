@@ -7,14 +7,24 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from verltop.model import Node, Problem, RawActor, RawTask
-from verltop.sources import parse
+from verltop.model import (
+    ClusterLoad,
+    Node,
+    Problem,
+    RawActor,
+    RawJob,
+    RawObjectRef,
+    RawPendingTask,
+    RawPlacementGroup,
+    RawTask,
+)
+from verltop.sources import parse, parse_pending, reads
 from verltop.sources.http import DashboardClient, Reply
 
 T = TypeVar("T")
 
-LIMIT = 10000  # Ray's RAY_MAX_LIMIT_FROM_API_SERVER; larger is a 400
-_NOT_PENDING = frozenset({"RUNNING", "FINISHED", "FAILED"})
+LIMIT = reads.LIMIT
+_NOT_WAITING = frozenset({"RUNNING", "FINISHED", "FAILED"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,18 +50,6 @@ def _trunc_note(what: str, lr: parse.ListResult) -> str | None:
     if lr.truncated:
         return f"{what}: Ray returned {lr.total} rows but only the first {LIMIT} (its limit)"
     return lr.warning
-
-
-def _filters(*kv: tuple[str, str, str]) -> list[tuple[str, str]]:
-    out = []
-    for k, pred, v in kv:
-        out += [("filter_keys", k), ("filter_predicates", pred), ("filter_values", v)]
-    return out
-
-
-def _list_params(timeout_s: float, detail: bool | None = None, limit: int = LIMIT) -> list[tuple[str, str]]:
-    p = [("limit", str(limit)), ("timeout", str(int(max(1, timeout_s))))]
-    return ([("detail", "1" if detail else "0"), *p]) if detail is not None else p
 
 
 async def _get_parsed(
@@ -89,7 +87,7 @@ async def fetch_actors(client: DashboardClient, timeout_s: float = 10.0, detail:
         rows, lr = parse.actors(doc)
         return rows, _trunc_note("actors", lr)
 
-    return await _get_parsed(client, "/api/v0/actors", _list_params(timeout_s, detail), timeout_s + 2, p)
+    return await _get_parsed(client, *reads.actors(timeout_s, detail), timeout_s + 2, p)
 
 
 async def fetch_actor_states(client: DashboardClient, timeout_s: float = 10.0
@@ -99,7 +97,7 @@ async def fetch_actor_states(client: DashboardClient, timeout_s: float = 10.0
         rows, lr = parse.actor_states(doc)
         return rows, _trunc_note("actors", lr)
 
-    return await _get_parsed(client, "/api/v0/actors", _list_params(timeout_s, False), timeout_s + 2, p,
+    return await _get_parsed(client, *reads.actors(timeout_s, False), timeout_s + 2, p,
                              memo_key="actor_states")
 
 
@@ -110,17 +108,35 @@ async def fetch_running_tasks(client: DashboardClient, timeout_s: float = 10.0, 
         rows, lr = parse.tasks(doc)
         return [t for t in rows if t.state == "RUNNING"], _trunc_note("tasks", lr)
 
-    params = _list_params(timeout_s, detail) + _filters(("state", "=", "RUNNING"))
-    return await _get_parsed(client, "/api/v0/tasks", params, timeout_s + 2, p, memo_key=f"running:{int(detail)}")
+    return await _get_parsed(client, *reads.running_tasks(timeout_s, detail), timeout_s + 2, p,
+                             memo_key=f"running:{int(detail)}")
 
 
 async def fetch_finished_tasks(client: DashboardClient, limit: int = 2000, timeout_s: float = 15.0,
-                               detail: bool = True) -> Result[list[RawTask]]:
-    """FINISHED actor tasks, read once at start to seed the duration history (never on a timer).
-    Without ``detail``: names only (no times), enough to tell which roles a colocated worker hosts."""
-    params = _list_params(timeout_s, detail, limit) + _filters(("state", "=", "FINISHED"))
-    return await _get_parsed(client, "/api/v0/tasks", params, timeout_s + 2,
+                               detail: bool = True, actor_id: str | None = None) -> Result[list[RawTask]]:
+    """FINISHED actor tasks (of one actor: the filter is evaluated in GCS, so that read is small), to seed the
+    duration history. Without ``detail``: names only (no times), enough to tell which roles a colocated worker
+    hosts."""
+    return await _get_parsed(client, *reads.finished_tasks(timeout_s, detail, limit, actor_id), timeout_s + 2,
                              lambda doc, now: (parse.tasks(doc)[0], None))
+
+
+async def fetch_pending_refs(client: DashboardClient, limit: int = LIMIT, timeout_s: float = 10.0
+                             ) -> Result[list[RawObjectRef]]:
+    """References held to outputs of unfinished tasks (``task_status`` neither FINISHED nor NIL, no actor
+    handles): ``owner pid → task`` wait edges for calls made from async actors, whose ``parent_task_id`` is
+    only their creation task. Ray asks every worker of every node for this: read it only during a dump."""
+    def p(doc: Any, now: float) -> tuple[Any, str | None]:
+        rows, lr = parse.object_refs(doc)
+        return rows, _trunc_note("objects", lr)
+
+    return await _get_parsed(client, *reads.pending_refs(timeout_s, limit), timeout_s + 2, p)
+
+
+async def fetch_jobs(client: DashboardClient, timeout_s: float = 10.0) -> Result[list[RawJob]]:
+    """Every job's driver: pid and node address."""
+    return await _get_parsed(client, *reads.jobs(timeout_s), timeout_s + 2,
+                             lambda doc, now: (parse.jobs(doc), None))
 
 
 async def fetch_finished_runs(client: DashboardClient, *, name: str | None = None, actor_id: str | None = None,
@@ -145,30 +161,28 @@ async def fetch_finished_runs(client: DashboardClient, *, name: str | None = Non
                 and (not actor_id or t.actor_id == actor_id) and (not task_id or t.task_id == task_id)]
         return (keep, lr.total), None
 
-    params = _list_params(timeout_s, True, limit) + _filters(*kv)
-    return await _get_parsed(client, "/api/v0/tasks", params, timeout_s + 2, p)
+    return await _get_parsed(client, *reads.finished_runs(timeout_s, limit, kv), timeout_s + 2, p)
 
 
-async def fetch_pending_tasks(client: DashboardClient, timeout_s: float = 10.0) -> Result[list[RawTask]]:
+async def fetch_waiting_tasks(client: DashboardClient, timeout_s: float = 10.0) -> Result[list[RawTask]]:
     """Tasks submitted and not running yet (waiting for arguments, a node, a worker, or their actor's queue),
-    as base rows. Every state filter is applied in the GCS, so this costs what is pending, not the history."""
-    params = _list_params(timeout_s, False) + _filters(("state", "!=", "RUNNING"), ("state", "!=", "FINISHED"),
-                                                       ("state", "!=", "FAILED"))
+    as base rows: the per-group pending counts. Every state filter is applied in the GCS, so this costs what
+    waits, not the history."""
 
     def p(doc: Any, now: float) -> tuple[Any, str | None]:
         rows, lr = parse.tasks(doc)
-        return [t for t in rows if t.state not in _NOT_PENDING], _trunc_note("pending tasks", lr)
+        return [t for t in rows if t.state not in _NOT_WAITING], _trunc_note("waiting tasks", lr)
 
-    return await _get_parsed(client, "/api/v0/tasks", params, timeout_s + 2, p, memo_key="pending")
+    return await _get_parsed(client, *reads.waiting_tasks(timeout_s), timeout_s + 2, p, memo_key="waiting")
 
 
 async def fetch_nodes(client: DashboardClient, timeout_s: float = 10.0) -> Result[list[Node]]:
-    return await _get_parsed(client, "/api/v0/nodes", _list_params(timeout_s), timeout_s + 2,
+    return await _get_parsed(client, *reads.nodes(timeout_s), timeout_s + 2,
                              lambda doc, now: (parse.state_nodes(doc), None))
 
 
 async def fetch_nodes_summary(client: DashboardClient, timeout_s: float = 10.0) -> Result[list[Node]]:
-    return await _get_parsed(client, "/nodes", [("view", "summary")], timeout_s,
+    return await _get_parsed(client, *reads.nodes_summary(), timeout_s,
                              lambda doc, now: (parse.nodes_summary(doc, now), None))
 
 
@@ -182,11 +196,54 @@ async def fetch_node_detail(client: DashboardClient, node_id: str, timeout_s: fl
     return await _get_parsed(client, f"/nodes/{node_id}", None, timeout_s, p)
 
 
+async def fetch_unplaced_placement_groups(client: DashboardClient, timeout_s: float = 10.0
+                                          ) -> Result[list[RawPlacementGroup]]:
+    """Placement groups not (or no longer) placed: PENDING and RESCHEDULING. The filter leaves out the
+    CREATED and REMOVED rows, so with nothing pending the answer is ~170 bytes."""
+    def p(doc: Any, now: float) -> tuple[Any, str | None]:
+        rows, lr = parse_pending.placement_groups(doc)
+        return rows, _trunc_note("placement groups", lr)
+
+    path, params = reads.unplaced_placement_groups(timeout_s)
+    return await _get_parsed(client, path, params, timeout_s + 2, p, memo_key="pgs")
+
+
+async def fetch_pending_tasks(client: DashboardClient, timeout_s: float = 10.0, limit: int = 500
+                              ) -> Result[list[RawPendingTask]]:
+    """Tasks (and actor creations) waiting for a node: state PENDING_NODE_ASSIGNMENT, with their demand."""
+    def p(doc: Any, now: float) -> tuple[Any, str | None]:
+        rows, lr = parse_pending.pending_tasks(doc)
+        note = (f"{lr.total} tasks wait for a node; the first {len(rows)} are shown"
+                if lr.total is not None and lr.total > len(rows) else lr.warning)
+        return [t for t in rows if t.state == "PENDING_NODE_ASSIGNMENT"], note  # the filter ran in GCS; be sure
+
+    path, params = reads.pending_tasks(timeout_s, limit)
+    return await _get_parsed(client, path, params, timeout_s + 2, p, memo_key="pending_tasks")
+
+
+async def fetch_cluster_load(client: DashboardClient, timeout_s: float = 10.0) -> Result[ClusterLoad | None]:
+    """Per-node logical resources in use and the pending PG strategies (the autoscaler's status)."""
+    return await _get_parsed(client, "/api/cluster_status", None, timeout_s,
+                             lambda doc, now: (parse_pending.cluster_load(doc), None), memo_key="cluster_load")
+
+
 async def fetch_log_tail(
     client: DashboardClient, actor_id: str, suffix: str = "err", lines: int = 200, timeout_s: float = 10.0
 ) -> Result[str]:
     """The last ``lines`` of an actor's worker log (``out`` or ``err``)."""
     params = [("actor_id", actor_id), ("lines", str(lines)), ("suffix", suffix)]
+    reply = await client.get("/api/v0/logs/file", params, timeout_s)
+    now = time.time()
+    if not reply.ok:
+        return _fail(reply, now)
+    return Result(reply.text, None, now, reply.elapsed_s)
+
+
+async def fetch_process_log_tail(
+    client: DashboardClient, pid: int, node_id: str, suffix: str = "err", lines: int = 60, timeout_s: float = 10.0
+) -> Result[str]:
+    """The last ``lines`` of a worker process's log by pid: an actor's earlier incarnation, after a restart."""
+    params = [("pid", str(pid)), ("node_id", node_id), ("lines", str(lines)), ("suffix", suffix)]
     reply = await client.get("/api/v0/logs/file", params, timeout_s)
     now = time.time()
     if not reply.ok:

@@ -1,4 +1,5 @@
-"""This machine: psutil per Ray worker process and NVML per GPU and per GPU process.
+"""This machine: psutil per Ray worker process, NVML per GPU and per GPU process, and the actors' process
+trees (``procfs.ProcReader``).
 
 Blocking calls: run them in a thread (``asyncio.to_thread``). Failures are values: a vanished pid is
 left out, NVML missing or failing gives ``gpus=None`` with a one-line reason.
@@ -6,12 +7,16 @@ left out, NVML missing or failing gives ``gpus=None`` with a one-line reason.
 
 from __future__ import annotations
 
+import functools
+import os
 import socket
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from verltop.model import Gpu, ProcStat
+from verltop.convert import one_line
+from verltop.model import Gpu, Problem, ProcStat, ProcTree
+from verltop.sources.procfs import ProcReader
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,17 +25,23 @@ class LocalSample:
     procs: dict[int, ProcStat]
     gpus: tuple[Gpu, ...] | None
     gpu_error: str | None
+    tree: ProcTree | None = None  # the descendants of the Ray workers in ``procs``
 
 
-def local_addresses() -> set[str]:
-    """IPs and names by which Ray may list this host."""
+def local_addresses(fqdn: bool = True) -> set[str]:
+    """IPs and names by which Ray may list this host; ``fqdn=False`` leaves out ``this_fqdn()`` (a DNS
+    lookup: ask for it only when a node's name has to be compared)."""
     out = {"127.0.0.1", "localhost"}
     try:
         out.add(socket.gethostname())
-        out.add(socket.getfqdn())
     except OSError:
         pass
-    try:
+    if fqdn and this_fqdn():
+        out.add(this_fqdn())  # type: ignore[arg-type]
+    ips = proc_net_addresses()
+    if ips is not None:
+        return out | ips
+    try:  # no /proc/net (not Linux): psutil knows every interface
         import psutil
 
         for addrs in psutil.net_if_addrs().values():
@@ -39,6 +50,40 @@ def local_addresses() -> set[str]:
                     out.add(a.address.split("%")[0])
     except (ImportError, OSError):
         pass
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def this_fqdn() -> str | None:
+    try:
+        return socket.getfqdn()
+    except OSError:
+        return None
+
+
+def proc_net_addresses(root: str = "/proc/net") -> set[str] | None:
+    """This network namespace's own IPv4 (``/32 host LOCAL`` in ``fib_trie``) and IPv6 (``if_inet6``)
+    addresses, read from /proc: what psutil would list, without importing it. None without /proc/net."""
+    out: set[str] = set()
+    try:
+        with open(f"{root}/fib_trie") as f:
+            last = None
+            for line in f:
+                s = line.strip()
+                if s.startswith("|-- "):
+                    last = s[4:]
+                elif last is not None and s == "/32 host LOCAL":
+                    out.add(last)
+    except OSError:
+        return None
+    try:
+        with open(f"{root}/if_inet6") as f:
+            for line in f:
+                h = line.split(" ", 1)[0]
+                if len(h) == 32:
+                    out.add(socket.inet_ntop(socket.AF_INET6, bytes.fromhex(h)))
+    except (OSError, ValueError):
+        pass  # IPv6 off: IPv4 is enough
     return out
 
 
@@ -62,13 +107,17 @@ def ns_pid(pid: int) -> int | None:
 class LocalSampler:
     """Keeps psutil.Process objects between samples so ``cpu_percent`` measures the interval."""
 
-    def __init__(self, use_nvml: bool = True) -> None:
+    def __init__(self, use_nvml: bool = True, tree_every_s: float = 2.0) -> None:
         self._procs: dict[int, Any] = {}
         self._nvml: Any = None
         self._nvml_error: str | None = None
         self._use_nvml = use_nvml
         self._nvml_tried = False
         self._last_util_ts = 0
+        self._reader = ProcReader(max_fds=_fd_budget())
+        # the tree is read at the pace snapshots are built (2 s), not every local poll: half the cost
+        self.tree_every_s = tree_every_s
+        self._tree: ProcTree | None = None
 
     # ---------------------------------------------------------- processes
 
@@ -103,6 +152,15 @@ class LocalSampler:
         return out
 
     # ---------------------------------------------------------- GPUs
+
+    @property
+    def use_nvml(self) -> bool:
+        return self._use_nvml
+
+    @property
+    def nvml_open(self) -> bool:
+        """Is there an NVML session to shut down?"""
+        return self._nvml is not None
 
     def _init_nvml(self) -> Any:
         if self._nvml is not None or self._nvml_tried:
@@ -185,11 +243,31 @@ class LocalSampler:
         return Gpu(index=i, name=name, util_percent=util, mem_used_bytes=int(mem.used),
                    mem_total_bytes=int(mem.total), uuid=uuid, processes=tuple(out), power_w=power)
 
-    def sample(self, pids: set[int]) -> LocalSample:
-        procs = self.sample_procs(pids)
-        gpus, err = self.sample_gpus(pids)
+    def sample_tree(self, roots: set[int], gpus: tuple[Gpu, ...] | None = None) -> ProcTree:
+        """The descendants of ``roots`` (Ray workers here), and the loose processes: left behind by a root
+        that died, an engine's title with no live Ray worker above it, or GPU memory under no root."""
+        extra = {pid for g in gpus or () for pid, _, _ in g.processes} - roots
+        try:
+            plain = self._reader.read(sorted(roots), sorted(extra))
+        except OSError as e:  # no /proc (not Linux), or it cannot be listed
+            return ProcTree(time.time(), tuple(sorted(roots)),
+                            error=Problem("processes", f"cannot read processes: {one_line(e, 120)}"))
+        return tree_from_plain(plain, roots)
+
+    def sample(self, pids: set[int], tree_now: bool = False, procs: bool = True) -> LocalSample:
+        """Processes, GPUs, and the tree (every ``tree_every_s``, when the roots change, or ``tree_now``);
+        ``procs=False``: no CPU % or RSS (a dump shows none, and skips psutil's import)."""
+        stats = self.sample_procs(pids) if procs else {}
+        # NVML's pids may be the host's: map the known descendants' too (their GPU memory is their actor's)
+        kids = {p.pid for p in self._tree.procs} if self._tree is not None else set()
+        gpus, err = self.sample_gpus(pids | kids)
         self._last_util_ts = int(time.time() * 1e6) - 1_000_000
-        return LocalSample(time.time(), procs, gpus, err)
+        roots = set(stats) if procs else {p for p in pids if is_actor_process(p)}
+        tree = self._tree
+        if (tree_now or tree is None or set(tree.roots) != roots
+                or time.time() - tree.taken_at >= self.tree_every_s - 0.05):
+            tree = self._tree = self.sample_tree(roots, gpus)
+        return LocalSample(time.time(), stats, gpus, err, tree)
 
     def close(self) -> None:
         if self._nvml is not None:
@@ -198,6 +276,40 @@ class LocalSampler:
             except Exception:  # noqa: BLE001
                 pass
             self._nvml = None
+
+
+def _fd_budget(want: int = 2048) -> int:
+    """How many descendants' stat files the reader may keep open: a quarter of the open-file limit, raised
+    first to the hard limit where that is low (1024 is a common soft limit; 2048 stat files are ~2 MB)."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and soft < 4 * want and (hard == resource.RLIM_INFINITY or hard > soft):
+            new = 4 * want if hard == resource.RLIM_INFINITY else min(hard, 4 * want)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+            soft = new
+        return max(16, min(want, (soft if soft != resource.RLIM_INFINITY else 4 * want) // 4))
+    except (ImportError, ValueError, OSError):
+        return 64
+
+
+def tree_from_plain(plain: dict[str, Any], roots: set[int] | list[int], node_id: str | None = None) -> ProcTree:
+    """``ProcReader.read``'s plain answer (here, or from a probe on ``node_id``) as a ``ProcTree``."""
+
+    def stat(r: Any) -> ProcStat:
+        pid, ppid, title, cpu, rss, ct = r
+        return ProcStat(pid=pid, cpu_percent=cpu, rss_bytes=rss, create_time_s=ct, title=title, ppid=ppid)
+
+    return ProcTree(taken_at=float(plain["taken_at"]), roots=tuple(sorted(roots)),
+                    procs=tuple(stat(r) for r in plain["procs"]), loose=tuple(stat(r) for r in plain["loose"]),
+                    left_by=tuple((int(a), int(b)) for a, b in plain["left_by"]), node_id=node_id)
+
+
+def has_nvidia_device() -> bool:
+    """Could NVML work here at all? The driver's device nodes (or WSL's GPU device) exist. Saves
+    importing pynvml and a failing nvmlInit on a CPU-only machine."""
+    return any(os.path.exists(p) for p in ("/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia", "/dev/dxg"))
 
 
 def _nvml_msg(e: Exception) -> str:

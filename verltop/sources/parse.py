@@ -8,11 +8,13 @@ fields, nulls, new fields) degrades to ``None`` values, not errors.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from verltop.convert import to_float, to_int, to_str
-from verltop.model import Gpu, Node, ProcStat, RawActor, RawTask
+from verltop.model import Gpu, Node, ProcStat, RawActor, RawJob, RawObjectRef, RawTask
+from verltop.sources.causes import death_parts, redact, telling_line
 
 # The only runtime-env keys verltop ever reads. Everything else in a runtime env (API keys, tokens) is
 # dropped here, at the edge, so no later layer can show, log or save it.
@@ -24,6 +26,7 @@ RANK_ENV_KEYS = (
     "TORCH_FR_DUMP_TEMP_FILE",
     "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
     "TORCH_NCCL_DEBUG_INFO_PIPE_FILE",
+    "NCCL_RAS_ADDR",
 )
 
 MIB = 1024 * 1024
@@ -41,16 +44,27 @@ class ListResult:
     warning: str | None
 
 
-try:  # 2-3x faster on the multi-MB answers of a 1,000-GPU cluster; the stdlib does the same job
-    from orjson import loads as _fast_loads
-except ImportError:  # pragma: no cover
-    _fast_loads = json.loads
+FAST_FROM_BYTES = 64 << 10  # below this the stdlib parses in well under a millisecond
+_fast_loads: Any = None
+
+
+def _fast() -> Any:
+    """orjson's loads (2-3x faster on the multi-MB answers of a 1,000-GPU cluster), imported on the first
+    big answer: a one-shot command on a small cluster never pays its import (5 ms, with uuid and platform)."""
+    global _fast_loads
+    if _fast_loads is None:
+        try:
+            from orjson import loads as fast
+        except ImportError:  # pragma: no cover - the stdlib does the same job
+            fast = json.loads
+        _fast_loads = fast
+    return _fast_loads
 
 
 def loads(text: str | bytes) -> Any:
     try:
-        return _fast_loads(text)
-    except (ValueError, TypeError) as e:
+        return (_fast() if len(text) >= FAST_FROM_BYTES else json.loads)(text)
+    except (ValueError, TypeError, RecursionError) as e:  # RecursionError: the stdlib on deep nesting
         snippet = text[:40] if isinstance(text, str) else bytes(text[:40]).decode("utf-8", "replace")
         kind = "HTML, not JSON" if snippet.lstrip().startswith("<") else "invalid JSON (truncated?)"
         raise ParseError(f"dashboard sent {kind} ({e.__class__.__name__})") from None
@@ -104,20 +118,66 @@ def rank_env(serialized_runtime_env: Any) -> tuple[tuple[str, str], ...]:
 
 
 def death_cause_text(dc: Any) -> str | None:
-    """One line from Ray's nested death_cause (``actor_died_error_context`` etc.)."""
+    """The line of Ray's nested death_cause that says why (see ``sources.causes``)."""
+    kind, text, _ = death_parts(dc)
+    return telling_line(kind, text)
+
+
+# runtime-env fields that make Ray install something before the worker can start (minutes, and where it
+# fails); only these NAMES are kept. working_dir/py_modules are left out: every `ray job submit` has them.
+ENV_SETUP_KEYS = ("pip", "uv", "conda", "container", "image_uri")
+
+
+def env_setup(serialized_runtime_env: Any) -> tuple[str, ...]:
+    """Which set-up steps a runtime env asks for (``("pip",)``); names only, values are dropped here."""
+    env: Any = serialized_runtime_env
+    if isinstance(env, str):
+        if not env or env == "{}":
+            return ()
+        try:
+            env = json.loads(env)
+        except ValueError:
+            return ()
+    env = _dict(env)
+    return tuple(k for k in ENV_SETUP_KEYS if env.get(k))
+
+
+def resources(d: Any) -> tuple[tuple[str, float], ...]:
+    """A resource dict (``{"CPU": 10.0}``) as sorted ``(name, amount)`` pairs; non-numbers are dropped."""
+    out = []
+    for k, v in _dict(d).items():
+        f = _float(v)
+        if isinstance(k, str) and f is not None:
+            out.append((k, f))
+    return tuple(sorted(out))
+
+
+def _redacted(text: str | None) -> str | None:
+    return redact(text) if text else None
+
+
+def death_cause_full(dc: Any) -> str | None:
+    """Everything Ray says about a death, uncut: each context's message (a creation task's formatted
+    traceback, a runtime env's pip output) and, for a worker death, Ray's reason code (``[WORKER_DIED]``)."""
     if dc is None:
         return None
     if isinstance(dc, str):
-        return dc[:300] or None
+        return dc or None
     if not isinstance(dc, dict):
         return None
+    parts = []
     for ctx in dc.values():
-        if isinstance(ctx, dict):
-            msg = ctx.get("error_message") or ctx.get("errorMessage") or ctx.get("reason")
-            if isinstance(msg, str) and msg:
-                # Ray's messages are long; the first line says what happened
-                return msg.strip().splitlines()[0][:300]
-    return None
+        if not isinstance(ctx, dict):
+            continue
+        msg = (ctx.get("formatted_exception_string") or ctx.get("error_message") or ctx.get("errorMessage")
+               or ctx.get("reason"))
+        reason = ctx.get("reason")
+        text = msg.strip() if isinstance(msg, str) else ""
+        if isinstance(reason, str) and reason and reason != msg:
+            text = f"[{reason}] {text}".rstrip()
+        if text:
+            parts.append(text)
+    return "\n".join(parts) or None
 
 
 def actor(row: Any) -> RawActor | None:
@@ -125,6 +185,7 @@ def actor(row: Any) -> RawActor | None:
     actor_id = _str(r.get("actor_id"))
     if not actor_id:
         return None
+    kind, detail, _ = death_parts(r.get("death_cause"))
     return RawActor(
         actor_id=actor_id,
         class_name=_str(r.get("class_name")) or "?",
@@ -134,9 +195,13 @@ def actor(row: Any) -> RawActor | None:
         pid=_int(r.get("pid")) or None,
         job_id=_str(r.get("job_id")),
         env=rank_env(r.get("serialized_runtime_env")),
-        death_cause=death_cause_text(r.get("death_cause")),
+        death_cause=telling_line(kind, detail),
         num_restarts=_int(r.get("num_restarts")),
-        placement_group_id=_str(r.get("placement_group_id")),
+        placement_group_id=_str(r.get("placement_group_id")) or None,
+        death_text=_redacted(death_cause_full(r.get("death_cause"))),
+        death_kind=kind,
+        required_resources=resources(r.get("required_resources")),
+        env_setup=env_setup(r.get("serialized_runtime_env")),
     )
 
 
@@ -181,6 +246,8 @@ def task(row: Any) -> RawTask | None:
         start_time_ms=_float(r.get("start_time_ms")),
         end_time_ms=_float(r.get("end_time_ms")),
         attempt=_int(r.get("attempt_number")) or 0,
+        parent_task_id=_str(r.get("parent_task_id")) or None,
+        type=_str(r.get("type")) or None,
     )
 
 
@@ -190,6 +257,37 @@ def tasks(doc: Any) -> tuple[list[RawTask], ListResult]:
     if lr.rows and not out:
         raise ParseError("dashboard task rows lack task_id (schema changed?)")
     return out, lr
+
+
+def object_refs(doc: Any) -> tuple[list[RawObjectRef], ListResult]:
+    """/api/v0/objects → the references to outputs of tasks not finished yet (who waits on which task)."""
+    lr = state_api_rows(doc)
+    out = []
+    for r in lr.rows:
+        r = _dict(r)
+        oid = _str(r.get("object_id"))
+        if not oid or len(oid) < 48:
+            continue
+        out.append(RawObjectRef(object_id=oid, task_status=_str(r.get("task_status")) or None,
+                                reference_type=_str(r.get("reference_type")) or None,
+                                owner_pid=_int(r.get("pid")) or None, owner_ip=_str(r.get("ip")) or None))
+    return out, lr
+
+
+def jobs(doc: Any) -> list[RawJob]:
+    """/api/v0/jobs → each job's driver (pid, node). Only these fields are read: a job row also carries its
+    entrypoint, metadata and runtime env, which verltop never shows."""
+    out = []
+    for r in state_api_rows(doc).rows:
+        r = _dict(r)
+        jid = _str(r.get("job_id"))
+        if not jid:
+            continue
+        d = _dict(r.get("driver_info"))
+        out.append(RawJob(job_id=jid, status=(_str(r.get("status")) or "").upper() or None,
+                          driver_pid=_int(d.get("pid")) or None, driver_ip=_str(d.get("node_ip_address")) or None,
+                          driver_node_id=_str(r.get("driver_node_id")) or None))
+    return out
 
 
 def state_nodes(doc: Any) -> list[Node]:
@@ -207,9 +305,19 @@ def state_nodes(doc: Any) -> list[Node]:
                 hostname=_str(r.get("node_name")),
                 state=(_str(r.get("state")) or "UNKNOWN").upper(),
                 is_head=bool(r.get("is_head_node")),
+                resources_total=tuple(kv for kv in resources(r.get("resources_total")) if _schedulable(kv[0])),
             )
         )
     return out
+
+
+_PG_RESOURCE = re.compile(r"_group_(?:\d+_)?[0-9a-f]{32,}$")
+
+
+def _schedulable(name: str) -> bool:
+    """Resources a demand can ask for: not ``node:<ip>`` markers, nor a placement group's own
+    ``CPU_group_<pg>`` / ``bundle_group_<i>_<pg>`` resources."""
+    return not name.startswith("node:") and not _PG_RESOURCE.search(name)
 
 
 def _gpu(g: Any) -> Gpu | None:

@@ -6,6 +6,7 @@ parsing its output — ``dump --json`` (local and probe) and the text format (th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -13,6 +14,7 @@ import shutil
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,6 +131,29 @@ async def dump_local(pid: int, opts: DumpOptions, pyspy: str) -> ProcessDump:
                        taken_at=started, duration_s=dt)
 
 
+@contextlib.contextmanager
+def children_by_pidfd() -> Iterator[None]:
+    """Within it (in a running event loop), subprocesses are waited for by a pidfd in the loop. Python
+    3.10/3.11 otherwise give each one a thread of its own (ThreadedChildWatcher), and starting one blocks
+    until it runs: a dump of many ranks would spawn as many threads. 3.12 does this by itself."""
+    if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
+        yield
+        return
+    try:
+        os.close(os.pidfd_open(os.getpid()))  # the kernel may lack pidfd (Linux < 5.3) or forbid it
+    except OSError:
+        yield
+        return
+    old = asyncio.get_child_watcher()
+    w = asyncio.PidfdChildWatcher()
+    w.attach_loop(asyncio.get_running_loop())
+    asyncio.set_child_watcher(w)
+    try:
+        yield
+    finally:
+        asyncio.set_child_watcher(old)  # what else runs in this process keeps its own watcher
+
+
 def timeout_problem(timeout_s: float) -> Problem:
     return Problem("pyspy_timeout", f"py-spy did not finish within {timeout_s:g} s (killed)")
 
@@ -140,7 +165,9 @@ def _kill_group(pid: int) -> None:
         pass
 
 _THREAD = re.compile(r'^Thread (0x[0-9a-fA-F]+|\d+) \(([a-z+]+)\)(?:: "(.*)")?\s*$')
-_FRAME = re.compile(r"^\s{4}(\S.*?) \((.*?)(?::(\d+))?\)\s*$")
+# `    func (file:line)`; the location is the last parenthesised part: C++ names hold " (" of their own
+# (`gpu_reduce_kernel<..., __nv_dl_tag<void (at::native::sum_functor<...>::*)(...)>, ...> (libtorch_cuda.so)`)
+_FRAME = re.compile(r"^\s{4}(\S.*) \((.*?)(?::(\d+))?\)\s*$")
 
 
 def parse_json(text: str) -> tuple[tuple[ThreadStack, ...], str | None]:

@@ -11,15 +11,30 @@ import asyncio
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from verltop.model import ActorRow, Problem, ProcessDump
+from verltop.model import ActorRow, ChildProc, Problem, ProcessDump
 from verltop.sources import pyspy
+from verltop.sources.children import MAX_PER_ACTOR, child_title, local_descendants
 from verltop.sources.dashboard import fetch_traceback
 from verltop.sources.http import DashboardClient
 from verltop.sources.local import is_actor_process, process_exited
 from verltop.sources.pyspy import EXITED, DumpOptions
 
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A process to dump that is not an actor's own: an actor's child (``row`` is the actor's row with the
+    child's pid) or a job's driver. ``title``, when known, is checked against the pid on this machine."""
+
+    key: str
+    row: ActorRow
+    title: str | None = None
+
 ProgressFn = Callable[[ActorRow, ProcessDump, int, int], None]
+
+# multiprocessing's helpers (one per spawning process under vLLM and SGLang): never where a job waits
+_PLUMBING = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 
 PROFILING_OFF_NOTE = "dashboard profiling is off (RAY_DASHBOARD_ENABLE_PROFILING); using a probe actor per node"
 
@@ -33,7 +48,7 @@ class StackCapture:
         self.local_node_ids = local_node_ids
         self.opts = opts
         self.pyspy = pyspy.find_pyspy()
-        n = opts.concurrency or max(8, 4 * (os.cpu_count() or 2))
+        n = opts.concurrency or max(32, 8 * (os.cpu_count() or 2))  # a node's processes at once: none waits a turn
         self._sem = asyncio.Semaphore(n)
         self._remote_sem = asyncio.Semaphore(16)
         self.dashboard_profiling: bool | None = None  # learnt from the first remote call
@@ -47,6 +62,25 @@ class StackCapture:
         if self.opts.via in ("dashboard", "probe"):
             return False
         return a.node_id in self.local_node_ids and a.pid is not None and is_actor_process(a.pid, a.class_name)
+
+    async def one_process(self, t: Target) -> ProcessDump:
+        """A child or a driver: on this machine it must still be the process with that title."""
+        a, pid = t.row, t.row.pid
+        if pid is None:
+            return ProcessDump(-1, error=Problem("no_pid", "no pid"))
+        if self.opts.via in ("auto", "local") and a.node_id in self.local_node_ids:
+            if process_exited(pid):
+                return ProcessDump(pid, error=EXITED)
+            if t.title is not None and child_title(pid) != t.title:
+                return ProcessDump(pid, error=Problem("pid_reused", f"pid {pid} is no longer {t.title}"))
+            if self.pyspy is None:
+                return ProcessDump(pid, error=pyspy.no_pyspy_problem())
+            async with self._sem:
+                return await pyspy.dump_local(pid, self.opts, self.pyspy)
+        if self.opts.via == "local":
+            return await pyspy.dump_local(pid, self.opts, self.pyspy) if self.pyspy else \
+                ProcessDump(pid, error=pyspy.no_pyspy_problem())
+        return await self._remote(a)
 
     async def one(self, a: ActorRow) -> ProcessDump:
         pid = a.pid
@@ -107,27 +141,63 @@ class StackCapture:
             self.probe = ProbePool(self.opts, self.probe_address)
         return await self.probe.dump(a.node_id, a.pid or -1)
 
+    async def children(self, rows: list[ActorRow]) -> list[ChildProc]:
+        """Every descendant process of the live ``rows``: read from /proc here, through the probe on other
+        nodes when the probe is the route there, else from the snapshot's process trees (``processes``)."""
+        live = [a for a in rows if a.state == "ALIVE" and a.pid]
+        local = [a for a in live if self.is_local(a)]
+        out: list[ChildProc] = []
+        if local:
+            found = await asyncio.to_thread(local_descendants, [a.pid for a in local if a.pid])
+            for a in local:
+                out += [ChildProc(a.actor_id, p, pp, t) for p, pp, t in found.get(a.pid or -1, [])]
+        remote = [a for a in live if a not in local]
+        by_node: dict[str, list[ActorRow]] = {}
+        for a in remote:
+            known = getattr(a, "processes", None)  # the snapshot's process tree, when it has one
+            if known:
+                out += [ChildProc(a.actor_id, c.pid, c.ppid, c.title) for c in known]
+            elif a.node_id and (self.opts.via == "probe" or self.dashboard_profiling is False):
+                by_node.setdefault(a.node_id, []).append(a)
+        for node_id, rs in by_node.items():
+            if self.probe is None:
+                from verltop.sources.probe import ProbePool  # imports ray: only here, only when asked
+
+                self.probe = ProbePool(self.opts, self.probe_address)
+            got = await self.probe.descendants(node_id, [a.pid for a in rs if a.pid], MAX_PER_ACTOR)
+            if isinstance(got, Problem):
+                self._note(f"child processes on node {node_id[:8]} unknown: {got.message}")
+                continue
+            for a in rs:
+                # JSON turns the int keys into strings on the way back
+                found = got.get(a.pid) or got.get(str(a.pid)) or []  # type: ignore[call-overload]
+                out += [ChildProc(a.actor_id, int(p), int(pp), t) for p, pp, t in found]
+        return [c for c in out if not (c.title and any(p in c.title for p in _PLUMBING))]
+
     def _note(self, s: str) -> None:
         if s not in self.notes:
             self.notes.append(s)
 
-    async def capture(self, targets: list[ActorRow], on_progress: ProgressFn | None = None
+    async def capture(self, targets: list[ActorRow] | list[ActorRow | Target], on_progress: ProgressFn | None = None
                       ) -> dict[str, list[ProcessDump]]:
-        """``samples`` rounds; returns each actor's samples in order. Cancel-safe (Esc in the UI)."""
-        out: dict[str, list[ProcessDump]] = {a.actor_id: [] for a in targets}
-        live = [a for a in targets if a.state == "ALIVE"]
+        """``samples`` rounds; returns each target's samples in order (an actor's under its id, a ``Target``'s
+        under its key). Cancel-safe (Esc in the UI)."""
+        out: dict[str, list[ProcessDump]] = {(t.key if isinstance(t, Target) else t.actor_id): [] for t in targets}
+        live = [t for t in targets if isinstance(t, Target) or t.state == "ALIVE"]
         total = len(live) * max(1, self.opts.samples)
         done = 0
         try:
             for i in range(max(1, self.opts.samples)):
                 t0 = time.monotonic()
 
-                async def run(a: ActorRow) -> tuple[ActorRow, ProcessDump]:
-                    return a, await self.one(a)
+                async def run(t: ActorRow | Target) -> tuple[str, ActorRow, ProcessDump]:
+                    if isinstance(t, Target):
+                        return t.key, t.row, await self.one_process(t)
+                    return t.actor_id, t, await self.one(t)
 
-                for fut in asyncio.as_completed([run(a) for a in live]):
-                    a, d = await fut
-                    out[a.actor_id].append(d)
+                for fut in asyncio.as_completed([run(t) for t in live]):
+                    key, a, d = await fut
+                    out[key].append(d)
                     done += 1
                     if on_progress:
                         on_progress(a, d, done, total)

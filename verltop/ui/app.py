@@ -46,7 +46,12 @@ class VerltopApp(App):
     def on_mount(self) -> None:
         from verltop.ui.screens.main import MainScreen
 
-        self.push_screen(MainScreen())
+        if self.engine.live:
+            self.push_screen(MainScreen())
+        else:
+            from verltop.ui.screens.replay import ReplayScreen
+
+            self.push_screen(ReplayScreen())
         if self.autostart:
             self.engine.start()
         self.set_interval(1.0, self._tick)

@@ -31,6 +31,8 @@ def facts_text(a: ActorRow) -> Text:
     row("state", a.state, "green" if a.state == "ALIVE" else "bold red")
     if a.death_cause:
         row("death cause", a.death_cause, "red")
+    if a.num_restarts:
+        row("restarts", a.num_restarts, "dark_orange")
     row("role", a.role + (f"   (hosts {', '.join(a.roles)})" if len(a.roles) > 1 else ""))
     row("worker group", a.worker_group)
     row("rank", f"{a.rank} of {a.world_size or '?'}" if a.rank is not None else None)
@@ -50,6 +52,9 @@ def facts_text(a: ActorRow) -> Text:
         t.append("stalled because\n", style="bold red")
         for s in a.stalls:
             t.append(f"  • {s.reason}\n", style="red")
+    if a.death_text and a.death_text.strip() != (a.death_cause or "").strip():
+        t.append("\nRay's full death text\n", style="bold")
+        t.append(a.death_text.rstrip() + "\n", style="grey70")
     return t
 
 

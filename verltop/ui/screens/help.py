@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import io
+
+from rich.console import Group
+from rich.padding import Padding
+from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -13,7 +18,8 @@ from verltop.ui import keymap
 
 _KEY_NAMES = {"question_mark": "?", "slash": "/", "escape": "Esc", "enter": "Enter", "pageup": "PgUp",
               "pagedown": "PgDn", "home": "Home", "end": "End", "up": "↑", "down": "↓", "left": "←",
-              "right": "→", "space": "Space", "ctrl+c": "Ctrl-C", "left_square_bracket": "[",
+              "right": "→", "space": "Space", "ctrl+c": "Ctrl-C", "left_square_bracket": "[", "shift+left": "Shift-←",
+              "shift+right": "Shift-→",
               "right_square_bracket": "]"}
 
 COLUMNS_HELP = """\
@@ -42,34 +48,37 @@ def key_text(b: Binding) -> str:
     return " ".join(_KEY_NAMES.get(k, k) for k in b.key.split(","))
 
 
-def bindings_text(title: str, groups: list[list[Binding]]) -> Text:
-    """One section: each binding's key and its tooltip (or description), in the screen's order; keys that
-    do the same thing (``l`` and Enter) share a line."""
-    t = Text()
-    t.append(f"{title}\n", style="bold")
+def bindings_table(bindings: list[Binding]) -> Table:
+    """A section's keys and what they do (tooltip, else description), in the screen's order; keys that do the
+    same thing (``l`` and Enter) share a line; long descriptions wrap under themselves."""
     seen: dict[str, list[str]] = {}
-    for bindings in groups:
-        for b in bindings:
-            what = b.tooltip or b.description
-            if not what:
-                continue
+    for b in bindings:
+        what = b.tooltip or b.description
+        if what:
             seen.setdefault(what, []).append(key_text(b))
+    t = Table(box=None, show_header=False, padding=(0, 1), pad_edge=False, expand=False)
+    t.add_column(style="bold cyan", no_wrap=True, min_width=12)
+    t.add_column(ratio=1)
     for what, keys in seen.items():
-        t.append(f"  {' / '.join(dict.fromkeys(keys)):<14}", style="bold cyan")
-        t.append(f"{what}\n")
+        t.add_row(" / ".join(dict.fromkeys(keys)), what)
     return t
+
+
+def help_renderable() -> Group:
+    parts: list = [Text.assemble(("verltop", "bold"), " — a live view of a verl job on Ray\n")]
+    for title, bindings in keymap.SECTIONS:
+        parts += [Text(title, style="bold"), Padding(bindings_table(bindings), (0, 0, 1, 2))]
+    parts += [Text("Columns", style="bold"), Text(COLUMNS_HELP)]
+    return Group(*parts)
 
 
 def help_text() -> Text:
-    t = Text()
-    t.append("verltop", style="bold")
-    t.append(" — a live view of a verl job on Ray\n\n")
-    for title, bindings in keymap.SECTIONS:
-        t.append_text(bindings_text(title, [bindings]))
-        t.append("\n")
-    t.append("Columns\n", style="bold")
-    t.append(COLUMNS_HELP + "\n")
-    return t
+    """The help as plain text at 110 columns (tests, and anyone reading it outside the TUI)."""
+    from rich.console import Console
+
+    console = Console(width=110, record=True, file=io.StringIO(), color_system=None)
+    console.print(help_renderable())
+    return Text("\n".join(line.rstrip() for line in console.export_text().splitlines()))
 
 
 class HelpScreen(ModalScreen):
@@ -77,4 +86,4 @@ class HelpScreen(ModalScreen):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-box"):
-            yield Static(help_text(), id="help-text")
+            yield Static(help_renderable(), id="help-text")

@@ -9,9 +9,10 @@ from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widgets import Input
 
-from verltop.model import Snapshot
+from verltop.model import ActorRow, Snapshot
 from verltop.ui import keymap
-from verltop.ui.widgets.actor_table import GROUPINGS, SORTS, ActorTable, layout_rows
+from verltop.ui.widgets import process_rows as PR
+from verltop.ui.widgets.actor_table import GROUPINGS, SORTS, ActorTable, group_of, layout_rows
 from verltop.ui.widgets.footer import Footer
 from verltop.ui.widgets.header_bar import HeaderBar
 from verltop.ui.widgets.text_line import TextLine
@@ -28,6 +29,7 @@ class MainScreen(Screen):
         self.filter_invert = False
         self.paused = False
         self._last: Snapshot | None = None
+        self.toggled: dict[str, bool] = {}  # process trees the user opened or closed, by actor id
 
     def compose(self) -> ComposeResult:
         yield HeaderBar(id="header")
@@ -39,10 +41,11 @@ class MainScreen(Screen):
 
     def on_mount(self) -> None:
         self.query_one("#filter", Input).display = False
-        self.query_one(HeaderBar).show_snapshot(None, False, self.app.engine.connection_problem())
+        self._header(None, False)
         self.query_one(ActorTable).focus()
         if self.app.demo is not None:
-            self.message("demo: press H to make one rank hang now, d to dump its group")
+            self.message("demo: H hangs a trainer rank, T a TP worker of the rollout server; d dumps a group, "
+                         "t shows an actor's processes")
         if self.app.snapshot is not None:  # a screen pushed later starts from what the app has
             self.show_snapshot(self.app.snapshot)
 
@@ -57,33 +60,35 @@ class MainScreen(Screen):
     def table_rows(self, snap: Snapshot) -> list:
         """The table's rows for ``snap`` under the current grouping, sort and filter (pure: the app runs it
         off the UI loop)."""
-        return layout_rows(snap, self.grouping, self.sort, self.filter_rx, self.filter_invert)
+        return layout_rows(snap, self.grouping, self.sort, self.filter_rx, self.filter_invert, dict(self.toggled))
+
+    def _header(self, snap: Snapshot | None, paused: bool, now: float | None = None) -> None:
+        engine = self.app.engine
+        self.query_one(HeaderBar).show_snapshot(snap, paused, engine.connection_problem(), now, engine.playback())
 
     def show_snapshot(self, snap: Snapshot, rows: list | None = None) -> None:
-        header = self.query_one(HeaderBar)
         if self.paused:
-            header.show_snapshot(self._last, True, self.app.engine.connection_problem())
+            self._header(self._last, True)
             return
         self._last = snap
-        header.show_snapshot(snap, False, self.app.engine.connection_problem())
+        self._header(snap, False)
         self.table.set_shape(snap)
         self.table.apply(rows if rows is not None else self.table_rows(snap), snap.taken_at)
         self._show_selection()
         node_of = {a.actor_id: a.node_id for a in snap.actors}
         self.app.engine.set_focus(node_of[k] for k in self.table.visible_actor_rows() if node_of.get(k))
-        if not snap.actors and not snap.errors:
+        if not snap.actors and not snap.errors and not snap.pending:
             self.message("no actors in this Ray cluster yet")
 
     def tick(self, now: float) -> None:
         """Once a second between snapshots: ages in the table, the header's clocks (or why there is no data)."""
-        header = self.query_one(HeaderBar)
         if self._last is None:
-            header.show_snapshot(None, False, self.app.engine.connection_problem())
+            self._header(None, False)
             return
         if self.paused:
             return
         self.table.tick(now)
-        header.show_snapshot(self._last, False, self.app.engine.connection_problem(), now)
+        self._header(self._last, False, now)
 
     def _redraw(self) -> None:
         if self._last is not None:
@@ -160,6 +165,12 @@ class MainScreen(Screen):
         self._redraw()
 
     def action_details(self) -> None:
+        pend = self.table.selected_pending()
+        if pend is not None:
+            from verltop.ui.screens.pending_details import PendingDetailsScreen
+
+            self.app.push_screen(PendingDetailsScreen(pend, self.app.engine.clock()))
+            return
         aid = self.table.selected_actor()
         if aid is None or self._last is None:
             return
@@ -175,8 +186,16 @@ class MainScreen(Screen):
         self._show_selection()
 
     def _show_selection(self) -> None:
-        from verltop.ui.widgets.actor_table import selection_text
+        from verltop.ui.widgets.actor_table import process_selection_text, selection_text
 
+        pend = self.table.selected_pending()
+        if pend is not None:
+            self.query_one("#selection", TextLine).show(f"{pend.name or pend.id}: {pend.reason}")
+            return
+        r = self.table.selected_row()
+        if r is not None and r.proc is not None:
+            self.query_one("#selection", TextLine).show(process_selection_text(r))
+            return
         aid = self.table.selected_actor()
         row = next((a for a in self._last.actors if a.actor_id == aid), None) if self._last and aid else None
         self.query_one("#selection", TextLine).show(selection_text(row) if row else "")
@@ -202,6 +221,9 @@ class MainScreen(Screen):
             if grp and self._last and any(a.worker_group == grp for a in self._last.actors):
                 self._dump(grp, False)
                 return
+            if row is not None:  # a rollout server, an agent loop...: that actor and its processes
+                self._dump(row.actor_id, False)
+                return
             self.message("select a worker rank (or its group row) to dump its group; D dumps everything")
             return
         self._dump(row.worker_group, False)
@@ -209,13 +231,94 @@ class MainScreen(Screen):
     def action_dump_all(self) -> None:
         self._dump(None, True)
 
-    def action_inject_hang(self, kind: str = "collective") -> None:
+    def _actor(self, actor_id: str | None) -> ActorRow | None:
+        if actor_id is None or self._last is None:
+            return None
+        return next((a for a in self._last.actors if a.actor_id == actor_id), None)
+
+    def action_toggle_tree(self) -> None:
+        """Open or close the selected actor's process tree (every tree of a selected group); a tree on a
+        node verltop has not read yet is read first, through a probe."""
+        snap = self._last
+        r = self.table.selected_row()
+        if snap is None or r is None:
+            return
+        defaults = PR.default_open(snap.actors)
+        if r.header is not None:
+            name = r.key.split(":", 2)[-1]
+            members = [a for a in snap.actors if group_of(a, self.grouping) == name]
+            trees = [a for a in members if a.processes]
+            unread = [a for a in members if a.processes_read_at is None and a.state == "ALIVE"]
+            if not trees and not unread:
+                self.message("no child processes in this group")
+                return
+            opened = not all(PR.is_open(a, self.toggled, defaults) for a in trees) if trees else True
+            for a in (*trees, *unread):
+                self.toggled[a.actor_id] = opened
+            if unread:
+                self._read_remote(unread)
+            self.message(f"{'showing' if opened else 'hiding'} the processes of {name}")
+            self._redraw()
+            return
+        a = r.parent or r.actor
+        if a is None:
+            return
+        if a.processes_read_at is None:
+            if a.state != "ALIVE":
+                self.message(f"{a.actor_name or a.class_name} is {a.state}: no processes to show")
+                return
+            self.toggled[a.actor_id] = True
+            self._read_remote([a])
+            return
+        if not a.processes:
+            self.message(f"{a.actor_name or a.class_name} has no child processes")
+            return
+        opened = not PR.is_open(a, self.toggled, defaults)
+        self.toggled[a.actor_id] = opened
+        self._redraw()
+        if not opened:  # closing from a child row: the cursor goes to its actor
+            i = self.table.row_index(a.actor_id)
+            if i is not None:
+                self.table.move_cursor(i)
+
+    def _read_remote(self, actors: list[ActorRow]) -> None:
+        nodes = sorted({a.node_id for a in actors if a.node_id})
+        started = self.app.engine.want_processes(nodes)
+        ips = sorted({a.node_ip or (a.node_id or "?")[:8] for a in actors})
+        where = ", ".join(ips[:3]) + (f" and {len(ips) - 3} more" if len(ips) > 3 else "")
+        if started:
+            self.message(f"reading the processes on {where} through a probe actor (a few seconds the first time)")
+        elif self.app.engine.live:
+            self.message(f"the processes on {where} are being read: they show with a coming refresh "
+                         "(a probe's problem shows in the header)")
+        else:
+            self.message("processes were not recorded here")
+
+    def action_inject_tp_hang(self) -> None:
         demo = self.app.demo
         if demo is None:
-            self.message(f"{'H' if kind == 'collective' else 'L'} only works in `verltop demo`")
+            self.message("T only works in `verltop demo`")
             return
         try:
-            demo.request_hang(kind=kind)
+            demo.request_hang("tp1")
+        except OSError as e:
+            self.message(f"could not request the hang: {e}", "error")
+            return
+        self.message("demo: hang requested — TP worker 1 of vllm_server_0_0 will stop loading weights at the "
+                     "next weight sync (its processes are under the server's row: c opens or closes them)")
+
+    def action_nodes(self) -> None:
+        from verltop.ui.screens.nodes import NodesScreen
+
+        self.app.push_screen(NodesScreen())
+
+    def action_inject_hang(self, kind: str = "rank") -> None:
+        demo = self.app.demo
+        if demo is None:
+            self.message(f"{'H' if kind == 'rank' else 'L'} only works in `verltop demo`")
+            return
+        try:
+            demo.request_hang(kind)
         except OSError as e:
             self.message(f"could not request the hang: {e}", "error")
             return

@@ -19,6 +19,10 @@ def rank_stack_text(rd: RankDump) -> Text:
     t = Text()
     t.append(f"{a.worker_group or a.role}:{a.rank if a.rank is not None else '-'}  ", style="bold")
     t.append(f"{a.actor_name or a.actor_id}  pid {a.pid}  node {a.node_ip}  task {a.task or '-'}\n")
+    if rd.process is not None:
+        t.append(f"process {rd.process}  (a child of pid {rd.parent_pid}, under this actor)\n", style="cyan")
+    if rd.death is not None:
+        t.append(f"died: {rd.death.kind}: {rd.death.detail or '-'}\n", style="bold red")
     if rd.blocked_on:
         t.append(f"waits in {rd.blocked_on.op}", style="bold cyan")
         t.append(f" at {rd.blocked_on.frame}\n")
@@ -26,25 +30,41 @@ def rank_stack_text(rd: RankDump) -> Text:
             t.append(f"native evidence: {', '.join(rd.blocked_on.evidence)}\n", style="grey70")
     if rd.collective:
         c = rd.collective
-        t.append(f"NCCL ({c.source}): op {c.op} seq {c.seq}  last enqueued {c.last_enqueued}  "
-                 f"last completed {c.last_completed}  numel {c.numel}\n", style="magenta")
+        known = [(k, v) for k, v in (("op", c.op), ("seq", c.seq), ("last enqueued", c.last_enqueued),
+                                     ("last completed", c.last_completed), ("numel", c.numel)) if v is not None]
+        t.append(f"NCCL ({c.source}): " + "  ".join(f"{k} {v}" for k, v in known) + "\n", style="magenta")
     if rd.stuck is not None:
         t.append(("stack unchanged across samples: stuck\n" if rd.stuck else "stack moves between samples: slow\n"),
                  style="red" if rd.stuck else "green")
     if rd.error:
         t.append(f"error: {rd.error.text}\n", style="yellow")
     last = next((s for s in reversed(rd.samples) if s.threads), None)
-    for th in last.threads if last else ():
+    threads = list(last.threads) if last else []
+    # the task thread first: it is the one the rest of the screen talks about
+    threads.sort(key=lambda th: not (rd.main is not None and th.thread_id == rd.main.thread_id))
+    for th in threads:
         state = "active" if th.active else "idle"
         main = rd.main is not None and th.thread_id == rd.main.thread_id
         t.append(f"\nThread {th.thread_id} ({state}) {th.name or ''}{'  ← task thread' if main else ''}\n",
                  style="bold" if main else "bold grey70")
         for f in th.frames:
-            loc = f"{f.file}:{f.line}" if f.line else f.file
+            path = short_path(f.file)
+            loc = f"{path}:{f.line}" if f.line else path
             style = "grey50" if is_native(f) else "grey70" if is_wrapper(f) else ""
             t.append(f"    {f.func}", style=style or "bold")
             t.append(f"  ({loc})\n", style="grey50")
     return t
+
+
+def short_path(file: str) -> str:
+    """Where a frame's file lives, as people name it: a package's path from the package on
+    (``torch/distributed/distributed_c10d.py``), else the last two parts of the path."""
+    for marker in ("site-packages/", "dist-packages/"):
+        i = file.rfind(marker)
+        if i >= 0:
+            return file[i + len(marker):]
+    parts = file.rsplit("/", 2)
+    return "/".join(parts[-2:]) if len(parts) > 2 else file
 
 
 class RankStackScreen(Screen):

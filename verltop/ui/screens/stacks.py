@@ -10,16 +10,40 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Static
 from textual.worker import Worker, WorkerState
 
-from verltop.analysis.collectives import collective_pending
-from verltop.analysis.merge import build_tree, compact_labels, rank_label, render_tree
+from verltop.analysis.chains import group_chains, hop_text
+from verltop.analysis.collectives import calling_frame, collective_pending
+from verltop.analysis.merge import build_tree, compact_labels, rank_label, render_tree, short_title
 from verltop.engine import DumpJob, DumpOptions, DumpProgress
 from verltop.model import DumpReport, RankDump, Snapshot
 from verltop.ui import keymap
 from verltop.ui.widgets.footer import Footer
 
-RANK_COLUMNS = (("group", "GROUP", 10), ("rank", "RANK", 5), ("role", "ROLE", 14), ("node", "NODE", 15),
+RANK_COLUMNS = (("group", "GROUP / ACTOR", 18), ("rank", "RANK", 5), ("role", "ROLE / PROCESS", 26), ("node", "NODE", 15),
                 ("op", "WAITS IN", 34), ("frame", "CALLING FRAME", 48), ("motion", "MOTION", 7),
                 ("note", "ERROR / NOTE", 60))
+_CELL = {k: i for i, (k, _, _) in enumerate(RANK_COLUMNS)}
+
+
+def fit_rank_columns(width: int, multi_node: bool) -> tuple[tuple[str, str, int], ...]:
+    """The rank table's columns for ``width`` cells: NODE only when the dump spans nodes and there is room;
+    narrow text columns on a narrow terminal; CALLING FRAME takes the rest; ERROR / NOTE only where it fits
+    (a rank's error is also on its full stack, Enter)."""
+    wide = width >= 130
+    cols = [("group", "GROUP / ACTOR", 18 if wide else 11), ("rank", "RANK", 4),
+            ("role", "ROLE / PROCESS", 22 if wide else 14)]
+    if multi_node and width >= 150:
+        cols.append(("node", "NODE", 15))
+    cols.append(("op", "WAITS IN", 28 if wide else 17))
+    cols.append(("motion", "MOTION", 6))
+    used = sum(w + 2 for _, _, w in cols) + 2  # cell padding, and the scrollbar
+    rest = max(16, width - used - 2)
+    if width >= 170:
+        frame = min(52, rest // 2)
+        cols.insert(-1, ("frame", "CALLING FRAME", frame))
+        cols.append(("note", "ERROR / NOTE", max(20, rest - frame - 2)))
+    else:
+        cols.insert(-1, ("frame", "CALLING FRAME", rest))
+    return tuple(cols)
 
 
 def rank_cells(r: RankDump, suspect: bool) -> tuple:
@@ -35,26 +59,35 @@ def rank_cells(r: RankDump, suspect: bool) -> tuple:
         op.append(f" {c.op}#{c.seq}" if c.seq is not None else f" {c.op}", style="magenta" if pending else "grey50")
         if not pending:
             op.append(" done", style="grey50")
-    frame = (r.blocked_on.frame if r.blocked_on else None) or (r.stack[0].short() if r.stack else "-")
+    frame = calling_frame(r.blocked_on, r.stack)
     motion = Text("-" if r.stuck is None else ("stuck" if r.stuck else "moving"),
                   style="red" if r.stuck else "green" if r.stuck is False else "grey50")
     note = Text(r.error.text if r.error else "", style="yellow")
-    group = Text(a.worker_group or ("controller" if a.role == "controller" else "-"))
+    if r.death is not None:
+        note.append(f" {r.death.kind}: {r.death.detail or '-'}", style="bold red")
+    group = Text(a.worker_group or ("controller" if a.role == "controller" else a.actor_name or "-"))
     if suspect:
         group = Text("▶ " + group.plain, style="bold red")
-    return (group, "-" if a.rank is None else str(a.rank), a.role, a.node_ip or "-", op, frame or "-", motion, note)
+    # a child process sits under its actor, by its title (the role is its actor's)
+    role = Text(f" └ {short_title(r.process)}", style="cyan") if r.process is not None else Text(a.role)
+    return (group, "-" if a.rank is None else str(a.rank), role, a.node_ip or "-", op, frame or "-", motion, note)
 
 
 class StackScreen(Screen):
+    """A dump of ``group`` (every verl rank when None) taken now; or, with ``report``, a finished dump shown
+    as it is (a saved or recorded one), with nothing taken until ``r`` asks a live engine for a new one."""
+
     BINDINGS = keymap.STACKS
 
-    def __init__(self, snap: Snapshot, group: str | None = None, opts: DumpOptions | None = None) -> None:
+    def __init__(self, snap: Snapshot, group: str | None = None, opts: DumpOptions | None = None,
+                 report: DumpReport | None = None, title: str | None = None) -> None:
         super().__init__()
         self.snap = snap
         self.group = group
         self.opts = opts or DumpOptions(samples=2, interval_s=1.0)
         self.job: DumpJob | None = None
-        self.report: DumpReport | None = None
+        self.report: DumpReport | None = report
+        self.title = title  # where a finished report comes from ("recorded dump of 03:12:58")
         self.partial: dict[str, RankDump] = {}
 
     @property
@@ -63,6 +96,7 @@ class StackScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield Static("", id="stack-status")
+        yield Static("", id="chains")
         yield Static("", id="suspects")
         yield DataTable(id="ranks", cursor_type="row")
         with VerticalScroll(id="tree-box"):
@@ -70,11 +104,40 @@ class StackScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
+        self._cols: tuple[tuple[str, str, int], ...] = ()
+        self._layout()
+        self.query_one("#ranks", DataTable).focus()
+        if self.report is not None:
+            self._show_report(self.report)
+        else:
+            self.action_again()
+
+    def _multi_node(self) -> bool:
+        return len({a.node_id for a in self.snap.actors if a.node_id}) > 1
+
+    def _layout(self) -> bool:
+        """(Re)build the table's columns for this terminal's width; True when they changed."""
+        cols = fit_rank_columns(self.size.width or 160, self._multi_node())
+        if cols == self._cols:
+            return False
+        self._cols = cols
         t = self.query_one("#ranks", DataTable)
-        for key, label, width in RANK_COLUMNS:
+        t.clear(columns=True)
+        for key, label, width in cols:
             t.add_column(label, key=key, width=width)
-        t.focus()
-        self.action_again()
+        return True
+
+    def on_resize(self) -> None:
+        if getattr(self, "_cols", None) is not None and self._layout():
+            if self.report is not None:
+                self._fill(self.report)
+            else:
+                for rd in list(self.partial.values()):
+                    self._show_rank(rd)
+
+    def _cells(self, r: RankDump, suspect: bool) -> list:
+        cells = rank_cells(r, suspect)
+        return [cells[_CELL[k]] for k, _, _ in self._cols]
 
     # ---------------------------------------------------------- capture
 
@@ -85,15 +148,21 @@ class StackScreen(Screen):
         if not self.app.engine.live:
             self.notify("a recording cannot take new dumps", severity="warning")
             return
-        what = f"worker group {self.group}" if self.group else "every verl rank"
+        one = next((a for a in self.snap.actors if a.actor_id == self.group), None)
+        what = (f"{one.actor_name or one.class_name} and its processes" if one else
+                f"worker group {self.group}" if self.group else "every process of the job")
         self.job = self.app.engine.dump(self.snap, self.group, self.opts, self._progress)
-        if not self.job.targets:
-            self._status(Text(f"nothing to dump: no {what} in the current snapshot", style="yellow"))
+        if not self.job.targets and not self.job.waiting_jobs:
+            pgs = [p for p in self.snap.pending if p.kind == "placement_group"]
+            why = "".join(f"\nplacement group {p.name or p.id} is not placed: {p.reason}" for p in pgs[:3])
+            self._status(Text(f"nothing to dump: no {what} in the current snapshot{' yet' if why else ''}{why}",
+                              style="yellow"))
             return
         self.report = None
         self.partial.clear()
         self.query_one("#ranks", DataTable).clear()
         self.query_one("#suspects", Static).update("")
+        self.query_one("#chains", Static).update("")
         self.query_one("#tree", Static).update("")
         self._status(f"dumping {what}: 0/{self.job.total} stacks…  (Esc cancels)")
         self.capture(self.job)
@@ -126,11 +195,11 @@ class StackScreen(Screen):
 
     def _show_rank(self, rd: RankDump, suspect: bool = False) -> None:
         t = self.query_one("#ranks", DataTable)
-        self.partial[rd.actor.actor_id] = rd
-        cells = rank_cells(rd, suspect)
-        key = rd.actor.actor_id
+        self.partial[rd.key] = rd
+        cells = self._cells(rd, suspect)
+        key = rd.key
         if key in t.rows:
-            for (ck, _, _), v in zip(RANK_COLUMNS, cells, strict=True):
+            for (ck, _, _), v in zip(self._cols, cells, strict=True):
                 t.update_cell(key, ck, v)
         else:
             t.add_row(*cells, key=key)
@@ -138,35 +207,57 @@ class StackScreen(Screen):
     def _show_report(self, r: DumpReport) -> None:
         ok = sum(1 for x in r.ranks if x.error is None)
         took = f", in {self.job.elapsed_s:.1f} s" if self.job and self.job.elapsed_s is not None else ""
-        st = Text(f"{ok}/{len(r.ranks)} ranks dumped, {r.samples} samples ~1 s apart{took}", style="bold")
+        st = Text(style="bold")
+        if self.title:
+            st.append(f"{self.title}: ", style="cyan")
+        st.append(f"{ok}/{len(r.ranks)} ranks dumped, {r.samples} samples ~1 s apart{took}")
         if r.notes:
             st.append("   " + "; ".join(r.notes), style="yellow")
-        st.append("   Enter: full stack · w: write · r: again · Esc: back", style="grey70")
+        keys = "Enter: full stack · w: write · r: again · Esc: back" if self.app.engine.live else \
+            "Enter: full stack · w: write · Esc: back"
+        st.append("   " + keys, style="grey70")
         self._status(st)
+        self.query_one("#chains", Static).update(chains_rich(r))
+        self.query_one("#chains", Static).display = bool(r.chains)
         sus = self.query_one("#suspects", Static)
-        ids = {s.actor_id for s in r.suspects}
         if r.suspects:
+            from verltop.text import suspect_label
+
             txt = Text("SUSPECTS — most likely first\n", style="bold red")
             for s in r.suspects:
-                who = f"{s.worker_group}:{s.rank}" if s.worker_group else s.actor_id[:12]
-                txt.append(f" ▶ {who}  ", style="bold")
+                txt.append(f" ▶ {suspect_label(s, r)}  ", style="bold")
                 txt.append(s.reason + "\n")
             sus.update(txt)
             sus.set_class(False, "-none")
         else:
             sus.update(Text("No suspect: no rank stands apart from its peers.", style="green"))
             sus.set_class(True, "-none")
+        self._fill(r)
+        self.query_one("#tree", Static).update(tree_rich(r))
+
+    def _fill(self, r: DumpReport) -> None:
+        """The rank table of a finished dump: suspects first, each child process right under its actor."""
+        ids = {(s.actor_id, s.pid) for s in r.suspects}
         t = self.query_one("#ranks", DataTable)
         t.clear()
-        order = sorted(r.ranks, key=lambda x: (x.actor.actor_id not in ids, x.actor.role != "controller",
-                                               x.actor.worker_group or "", x.actor.rank or 0))
+
+        def sus(x: RankDump) -> bool:
+            return (x.actor.actor_id, x.actor.pid) in ids
+
+        order = sorted(r.ranks, key=lambda x: (not sus(x), x.actor.role != "controller", x.actor.worker_group or "",
+                                               x.actor.rank or 0, x.actor.actor_id, x.process is not None,
+                                               x.actor.pid or 0))
         for x in order:
-            t.add_row(*rank_cells(x, x.actor.actor_id in ids), key=x.actor.actor_id)
-        self.query_one("#tree", Static).update(tree_rich(r))
+            t.add_row(*self._cells(x, sus(x)), key=x.key)
 
     # ---------------------------------------------------------- actions
 
     def action_flight_recorder(self) -> None:
+        if self.report is not None and self.job is None:
+            self.notify("this dump was not taken here: r takes a new one, then f asks its ranks"
+                        if self.app.engine.live else "a recording cannot ask ranks for Flight Recorder dumps",
+                        severity="warning")
+            return
         if self.report is None or self.job is None:
             self.notify("wait for the dump to finish", severity="warning")
             return
@@ -198,7 +289,7 @@ class StackScreen(Screen):
             return None
         key = t.coordinate_to_cell_key((t.cursor_row, 0)).row_key.value
         if self.report is not None:
-            return next((x for x in self.report.ranks if x.actor.actor_id == key), None)
+            return next((x for x in self.report.ranks if x.key == key), None)
         return self.partial.get(key or "")
 
     def action_rank_stack(self) -> None:
@@ -231,7 +322,8 @@ class StackScreen(Screen):
 def tree_rich(r: DumpReport) -> Text:
     stacks = {rank_label(x): x.stack for x in r.ranks if x.main is not None}
     lines = render_tree(build_tree(stacks))
-    suspects = {rank_label(x) for x in r.ranks if x.actor.actor_id in {s.actor_id for s in r.suspects}}
+    suspects = {rank_label(x) for x in r.ranks if (x.actor.actor_id, x.actor.pid) in {(s.actor_id, s.pid)
+                                                                                     for s in r.suspects}}
     total = len(stacks)
     t = Text("MERGED STACKS — outermost frame first; [ranks] (count)\n", style="bold")
     for depth, text, ranks in lines:
@@ -240,4 +332,18 @@ def tree_rich(r: DumpReport) -> Text:
         t.append(f"[{compact_labels(ranks)}]", style="bold red" if small else "cyan")
         t.append(f" ({len(ranks)}) ", style="grey50")
         t.append(text + "\n", style="bold" if small else "")
+    return t
+
+
+def chains_rich(r: DumpReport) -> Text:
+    """Wait chains, top down: every hop, then where it ends, in red when it did not move."""
+    t = Text("WAIT CHAINS — who waits on whom, from the top\n", style="bold")
+    for c, n in group_chains(r.chains):
+        for i, link in enumerate(c.path):
+            if i:
+                t.append(" → ", style="grey50")
+            last = i == len(c.path) - 1
+            t.append(hop_text(link, i == 0), style="bold red" if last else "cyan")
+        t.append(f": {c.ends_in.reason}", style="yellow" if "did not move" in c.ends_in.reason else "")
+        t.append(f"  (×{n})\n" if n > 1 else "\n", style="grey50")
     return t

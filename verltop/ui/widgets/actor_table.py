@@ -8,15 +8,17 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.text import Text
 from textual import events
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from verltop import fmt
-from verltop.model import ActorRow, GroupWork, Snapshot
+from verltop.model import ActorRow, GroupWork, PendingItem, ProcRow, Snapshot
 from verltop.ui import keymap
 from verltop.ui.render import LEVEL_STYLE, bar, level, mem_bar
+from verltop.ui.widgets import pending_rows
+from verltop.ui.widgets import process_rows as PR
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,22 +139,41 @@ def _bare(task: str | None, role: str) -> str | None:
 @dataclass(frozen=True, slots=True)
 class Row:
     """A row to show. Actor rows carry the actor; their cells are built only when drawn. Group rows are one
-    line of text across the table (name, what the group hosts, counts), never cut into columns."""
+    line of text across the table (name, what the group hosts, counts), never cut into columns. Process rows
+    (``proc``) are an actor's descendants under it (``parent``; keyed ``proc:<actor_id>:<pid>``, as pids
+    repeat across nodes) or orphans (``orphan:<node_id>:<pid>``, with a ``note``)."""
 
     key: str
     header: Text | None = None
     actor: ActorRow | None = None
+    proc: ProcRow | None = None
+    parent: ActorRow | None = None
+    branch: str = ""  # process rows: the tree's drawing before the title
+    note: str = ""  # orphans: whose they were
+    marker: str = ""  # actor rows with processes: ▾ open, ▸ closed
+    pending: PendingItem | None = None  # a line of the "pending" group (ui/widgets/pending_rows.py)
 
     @property
     def actor_id(self) -> str | None:
-        return self.actor.actor_id if self.actor else None
+        if self.actor:
+            return self.actor.actor_id
+        return self.parent.actor_id if self.parent else None
 
     def sig(self, now: float | None = None) -> tuple:
         """What the cells depend on: equal signatures, equal cells (ages compare by whole seconds)."""
         a = self.actor
+        if self.pending is not None:
+            return (("p", pending_rows.sig(self.pending, now)), None)
+        if self.proc is not None:
+            p = self.proc
+            return (("p", self.branch, self.note, p.title, p.pid, p.ppid, p.gpu_index,
+                     None if p.gpu_mem_bytes is None else p.gpu_mem_bytes >> 20, p.gpu_mem_total_bytes,
+                     None if p.cpu_percent is None else round(p.cpu_percent),
+                     None if p.rss_bytes is None else p.rss_bytes >> 20, p.node_ip,
+                     self.parent.host_mem_total_bytes if self.parent else None), None)
         if a is None:
             return (("h", self.header.plain if self.header is not None else ""), None)
-        static = (a.role, a.roles, a.rank, a.world_size, a.node_ip, a.pid, a.gpu_index,
+        static = (self.marker, a.role, a.roles, a.rank, a.world_size, a.node_ip, a.pid, a.gpu_index,
                   None if a.gpu_util_percent is None else round(a.gpu_util_percent),
                   None if a.gpu_mem_bytes is None else a.gpu_mem_bytes >> 20, a.gpu_mem_total_bytes,
                   None if a.cpu_percent is None else round(a.cpu_percent),
@@ -173,13 +194,6 @@ def _pct_text(v: float | None, dim: bool) -> Text:
     return Text("MAX" if v >= 100 else f"{v:.0f}%", style="grey50" if dim else LEVEL_STYLE[level("gpu", v)])
 
 
-def _mem_text(used: int | None, total: int | None, dim: bool) -> Text:
-    if used is None:
-        return Text("-", style="grey50")
-    style = "grey50" if dim or not total else LEVEL_STYLE[level("mem", used / total * 100)]
-    return Text(fmt.size_short(used), style=style)
-
-
 def actor_cell(a: ActorRow, col: Shown, now: float | None = None) -> Text | str:
     """One cell of an actor's row, as the column is laid out now."""
     k = col.key
@@ -197,12 +211,12 @@ def actor_cell(a: ActorRow, col: Shown, now: float | None = None) -> Text | str:
     if k == "gpu_util":
         return _pct_text(a.gpu_util_percent, dim) if col.compact else bar(a.gpu_util_percent, 7, "gpu", dim=dim)
     if k == "gpu_mem":
-        return (_mem_text(a.gpu_mem_bytes, a.gpu_mem_total_bytes, dim) if col.compact
+        return (PR.mem_text(a.gpu_mem_bytes, a.gpu_mem_total_bytes, dim) if col.compact
                 else mem_bar(a.gpu_mem_bytes, a.gpu_mem_total_bytes, 7, dim=dim))
     if k == "cpu":
         return "-" if a.cpu_percent is None else f"{a.cpu_percent:.0f}"
     if k == "host_mem":
-        return (_mem_text(a.rss_bytes, a.host_mem_total_bytes, dim) if col.compact
+        return (PR.mem_text(a.rss_bytes, a.host_mem_total_bytes, dim) if col.compact
                 else mem_bar(a.rss_bytes, a.host_mem_total_bytes, 7, dim=dim))
     if k == "state":
         return Text(_STATE_SHORT.get(a.state, a.state[:5]), style=_STATE_STYLE.get(a.state, ""))
@@ -295,38 +309,67 @@ def _sort_value(a: ActorRow, sort: str) -> tuple:
 
 
 def matches(a: ActorRow, rx: re.Pattern[str] | None, invert: bool) -> bool:
+    """Does the filter keep the actor? Its own fields, or one of its processes' titles."""
     if rx is None:
         return True
     hay = " ".join(str(x) for x in (a.role, " ".join(a.roles), a.worker_group, a.actor_name, a.class_name,
                                     a.node_ip, a.pid, a.rank, a.task, a.state, a.stall_reason) if x is not None)
-    hit = rx.search(hay) is not None
+    hit = rx.search(hay) is not None or PR.matches_title(a, rx)
     return hit != invert
 
 
 def layout_rows(snap: Snapshot, grouping: str, sort: str, rx: re.Pattern[str] | None = None,
-                invert: bool = False) -> list[Row]:
-    """The ordered rows to show: group headers followed by their actors."""
+                invert: bool = False, toggled: dict[str, bool] | None = None) -> list[Row]:
+    """The ordered rows to show: group headers followed by their actors, each actor followed by its child
+    processes when its tree is open (``toggled``: the user's choices by actor id, over
+    ``process_rows.default_open``), and the orphans' group last."""
     groups: dict[str, list[ActorRow]] = {}
     for a in snap.actors:
         if matches(a, rx, invert):
             groups.setdefault(group_of(a, grouping), []).append(a)
+    toggled = toggled or {}
+    defaults = PR.default_open(snap.actors)
     rows: list[Row] = []
+    if snap.pending:  # what Ray has not placed yet comes first: it is why nothing else moves
+        shown = [p for p in pending_rows.listed(snap) if pending_rows.matches(p, rx, invert)]
+        rows.append(Row(pending_rows.GROUP_KEY, header=pending_rows.header(snap)))
+        rows.extend(Row(pending_rows.key_of(p), pending=p) for p in shown)
     work = {w.group: w for w in snap.work} if grouping == "group" else {}
     for name, members in groups.items():  # snapshot order: controller, groups, others
         if sort != "rank":
             members = sorted(members, key=lambda a: _sort_value(a, sort))
         rows.append(Row(f"grp:{grouping}:{name}", header=header_text(name, members, grouping, work.get(name))))
-        rows.extend(Row(a.actor_id, actor=a) for a in members)
+        for a in members:
+            if not a.processes:
+                rows.append(Row(a.actor_id, actor=a))
+                continue
+            open_ = PR.is_open(a, toggled, defaults)
+            rows.append(Row(a.actor_id, actor=a, marker="▾" if open_ else "▸"))
+            if open_:
+                rows.extend(Row(f"proc:{a.actor_id}:{p.pid}", proc=p, parent=a, branch=b)
+                            for p, b in zip(a.processes, PR.branches(a.processes), strict=True))
+    if snap.orphans and not invert and (rx is None or any(o.title and rx.search(o.title) for o in snap.orphans)):
+        rows.append(Row("grp:orphans", header=PR.orphans_header(snap.orphans)))
+        names = {a.actor_id: a.actor_name or a.class_name for a in snap.actors}
+        rows.extend(Row(f"orphan:{o.node_id}:{o.pid}", proc=o, branch=b[2:] if o.depth > 1 else "",
+                        note=PR.orphan_note(o, names))
+                    for o, b in zip(snap.orphans, PR.branches(snap.orphans), strict=True))
     return rows
 
 
 def content_widths(snap: Snapshot) -> dict[str, int]:
-    """How wide the text columns need to be for this cluster (role names, IPs, bare task names)."""
+    """How wide the text columns need to be for this cluster (role names, IPs, bare task names, and the
+    titles of child processes)."""
     out = {"role": 4, "node": 4, "task": 4}
     for a in snap.actors:
-        out["role"] = max(out["role"], len(a.role))
+        out["role"] = max(out["role"], len(a.role) + (2 if a.processes else 0))
         out["node"] = max(out["node"], len(a.node_ip or "-"))
         out["task"] = max(out["task"], len(_bare(a.task, a.role) or "-"))
+        for p in a.processes:
+            out["role"] = max(out["role"], 2 * p.depth + len(fmt.short_title(p.title)))
+    for o in snap.orphans or ():
+        out["role"] = max(out["role"], len(fmt.short_title(o.title)))
+        out["node"] = max(out["node"], len(o.node_ip or "-"))
     return out
 
 
@@ -410,6 +453,9 @@ class ActorTable(ScrollView, can_focus=True):
 
     def on_resize(self) -> None:
         self._relayout()
+        # pending lines take the whole width, whatever the columns do
+        for k in [k for k in self._strips if k[0].startswith(pending_rows.KEY_PREFIX)]:
+            del self._strips[k]
 
     # ---------------------------------------------------------- data
 
@@ -445,10 +491,14 @@ class ActorTable(ScrollView, can_focus=True):
             self.post_message(self.Highlighted(self.selected_key()))
 
     def tick(self, now: float) -> None:
-        """Ages move on between snapshots: re-render the rows on screen whose age (in whole seconds) changed."""
+        """Ages move on between snapshots: re-render the rows on screen whose age (in whole seconds) changed,
+        and repaint the AGE column only (the rest of each row is as it was)."""
         self.now = now
         if self._resig_visible():
-            self.refresh()
+            x = sum(c.width + PAD for c in self._cols[: self._age]) - int(self.scroll_offset.x)
+            w = self._cols[self._age].width + PAD
+            if x + w > 0 and x < self.size.width:
+                self.refresh(Region(max(0, x), 1, w + min(0, x), max(1, self.size.height - 1)))
 
     def _resig_visible(self) -> bool:
         top, bottom = self._view()
@@ -470,13 +520,26 @@ class ActorTable(ScrollView, can_focus=True):
         """The plain text of a row's cells by column key, as laid out now (tests and debugging). A group
         row is one cell, ``group``."""
         r = self._rows[self._index[key]]
-        if r.actor is None:
-            return {"group": r.header.plain if r.header is not None else ""}
+        if r.pending is not None:
+            return {"pending": pending_rows.line(r.pending, self.now).plain}
+        if r.header is not None:
+            return {"group": r.header.plain}
         out = {}
         for c in self._cols:
-            v = actor_cell(r.actor, c, self.now)
+            v = self._cell(r, c)
             out[c.key] = v.plain if isinstance(v, Text) else str(v)
         return out
+
+    def _cell(self, r: Row, c: Shown) -> Text | str:
+        if r.proc is not None:
+            return PR.proc_cell(r, c)
+        assert r.actor is not None
+        v = actor_cell(r.actor, c, self.now)
+        if c.key == "role" and r.marker:
+            t = Text(r.marker + " ", style="grey50")
+            t.append_text(v) if isinstance(v, Text) else t.append(v)
+            return t
+        return v
 
     def get_row(self, key: str) -> list[str]:
         return list(self.cells(key).values())
@@ -490,9 +553,23 @@ class ActorTable(ScrollView, can_focus=True):
             return None
         return self._rows[self.cursor_row].key
 
+    def selected_row(self) -> Row | None:
+        if not self._rows or not 0 <= self.cursor_row < len(self._rows):
+            return None
+        return self._rows[self.cursor_row]
+
     def selected_actor(self) -> str | None:
-        k = self.selected_key()
-        return None if k is None or k.startswith("grp:") else k
+        """The actor of the selected row: an actor row's, or a child process's actor (None on a group row
+        or an orphan)."""
+        r = self.selected_row()
+        return r.actor_id if r is not None else None
+
+    def row_index(self, key: str) -> int | None:
+        return self._index.get(key)
+
+    def selected_pending(self) -> PendingItem | None:
+        r = self.selected_row()
+        return r.pending if r is not None else None
 
     # ---------------------------------------------------------- drawing
 
@@ -507,7 +584,7 @@ class ActorTable(ScrollView, can_focus=True):
         return self._finish(line, r, selected)
 
     def _finish(self, line: Text, r: Row, selected: bool) -> Strip:
-        if r.actor is None:
+        if r.header is not None:
             line.stylize(self.get_component_rich_style("actor-table--group", partial=True))
         if selected:
             line.stylize(self.get_component_rich_style("actor-table--cursor", partial=True))
@@ -516,21 +593,26 @@ class ActorTable(ScrollView, can_focus=True):
     def _render_row(self, r: Row, selected: bool) -> Strip:
         """The row's strip: the parts left and right of AGE are cached by the row's static signature, so
         the once-a-second age tick renders one cell, not thirteen."""
-        if r.actor is None:
+        if r.header is not None or r.pending is not None:
             line = Text(" ", no_wrap=True, overflow="ellipsis")
-            line.append_text(r.header or Text(""))
-            line.truncate(self._width, overflow="ellipsis", pad=True)
+            line.append_text(pending_rows.line(r.pending, self.now) if r.pending is not None else r.header or Text(""))
+            # a pending line's reason is the point: it may use the whole width, not only the columns'
+            width = max(self._width, self.size.width - SCROLLBAR) if r.pending is not None else self._width
+            line.truncate(width, overflow="ellipsis", pad=True)
             return self._finish(line, r, selected)
+        if r.proc is not None:
+            self.cells_built += 1
+            return self._line_strip([PR.proc_cell(r, c) for c in self._cols], self._cols, r, selected)
         a = r.actor
+        assert a is not None
         static, _age = r.sig(self.now)
         ck = (r.key, selected)
         cached = self._parts.get(ck)
         i = self._age
         if cached is None or cached[0] != static:
             self.cells_built += 1
-            left = self._line_strip([actor_cell(a, c, self.now) for c in self._cols[:i]], self._cols[:i], r, selected)
-            right = self._line_strip([actor_cell(a, c, self.now) for c in self._cols[i + 1 :]], self._cols[i + 1 :],
-                                     r, selected)
+            left = self._line_strip([self._cell(r, c) for c in self._cols[:i]], self._cols[:i], r, selected)
+            right = self._line_strip([self._cell(r, c) for c in self._cols[i + 1 :]], self._cols[i + 1 :], r, selected)
             cached = self._parts[ck] = (static, left, right)
         mid = self._line_strip([actor_cell(a, self._cols[i], self.now)], self._cols[i : i + 1], r, selected)
         return Strip.join([cached[1], mid, cached[2]])
@@ -596,6 +678,8 @@ class ActorTable(ScrollView, can_focus=True):
         k = self.selected_actor()
         if k:
             self.post_message(self.ActorSelected(k))
+        elif self.selected_pending() is not None:
+            self.post_message(self.ActorSelected(self.selected_key() or ""))
 
     def on_click(self, event: events.Click) -> None:
         if event.y == 0:
@@ -609,6 +693,24 @@ class ActorTable(ScrollView, can_focus=True):
     def watch_scroll_y(self, old: float, new: float) -> None:
         super().watch_scroll_y(old, new)
         self._resig_visible()
+
+
+def process_selection_text(r: Row) -> Text:
+    """The line under the table for a process row: what it is, whose, and its figures."""
+    p = r.proc
+    assert p is not None
+    t = Text()
+    t.append(p.title or "?", style="bold")
+    if r.parent is not None:
+        a = r.parent
+        t.append(f"  pid {p.pid}, child of {p.ppid} under {a.actor_name or a.class_name} (pid {a.pid})", style="grey70")
+    else:
+        t.append(f"  pid {p.pid} (parent {p.ppid}) on {p.node_ip or '?'}: ", style="grey70")
+        t.append(f"orphan, {r.note}", style="dark_orange")
+    if p.gpu_mem_bytes:
+        t.append(f"  GPU {p.gpu_index} {fmt.size(p.gpu_mem_bytes)}", style="grey70")
+    t.append(f"  CPU {fmt.pct(p.cpu_percent)}  RSS {fmt.size(p.rss_bytes)}", style="grey70")
+    return t
 
 
 def selection_text(a: ActorRow) -> Text:

@@ -6,9 +6,12 @@ runs into its neighbour.
 
 from __future__ import annotations
 
+import time
+
 from rich.text import Text
 
 from verltop import fmt
+from verltop.engine.base import Playback
 from verltop.model import Problem, Snapshot
 from verltop.ui.render import bar
 from verltop.ui.widgets.text_line import TextLine
@@ -24,13 +27,24 @@ def _item(*parts: tuple[str, str]) -> Text:
     return t
 
 
-def header_items(s: Snapshot | None, paused: bool, problem: Problem | None = None, now: float | None = None
-                 ) -> list[list[Text]]:
+def playback_item(p: Playback) -> Text:
+    """``REPLAY ▶ ×4  2026-11-29 03:12:58 CET  +12:30 / 45:00``: the recorded time and where it stands."""
+    state = "END" if p.ended else "‖" if p.paused else "▶"
+    t = _item((f" REPLAY {state} ×{p.speed:g} ", "bold reverse cyan"))
+    t.append(" " + time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(p.at_s)), style="bold cyan")
+    t.append(f"  +{fmt.duration(p.at_s - p.start_s)} / {fmt.duration(p.end_s - p.start_s)}", style="cyan")
+    return t
+
+
+def header_items(s: Snapshot | None, paused: bool, problem: Problem | None = None, now: float | None = None,
+                 playback: Playback | None = None) -> list[list[Text]]:
     """The header's items, in rows that are kept apart: identity and counts; load, phase and progress;
-    freshness and errors. ``now`` (later than the snapshot) moves the progress clock and the data's age on."""
+    freshness and errors. ``now`` (later than the snapshot) moves the progress clock and the data's age on.
+    A replay's ``playback`` (the recorded time) comes first."""
+    replay = [[playback_item(playback)]] if playback is not None else []
     if s is None:
         msg = problem.text if problem else "connecting to the dashboard…"
-        return [[_item(("verltop ", "bold"), (msg, "bold yellow" if problem else "grey70"))]]
+        return [*replay, [_item(("verltop ", "bold"), (msg, "bold yellow" if problem else "grey70"))]]
     late = max(0.0, now - s.taken_at) if now is not None else 0.0
     alive_nodes = [n for n in s.nodes if n.state == "ALIVE"]
     gpus = [g for n in alive_nodes for g in n.gpus]
@@ -85,7 +99,7 @@ def header_items(s: Snapshot | None, paused: bool, problem: Problem | None = Non
     third += [_item((e, "yellow")) for e in s.errors]
     if s.truncated:
         third.append(_item((s.truncated, "yellow")))
-    return [row for row in (first, second, third) if row]
+    return [row for row in (*replay, first, second, third) if row]
 
 
 def _object_store(nodes: list) -> Text | None:
@@ -141,16 +155,16 @@ def flow(rows: list[list[Text]], width: int, max_lines: int = MAX_LINES) -> Text
 
 
 def header_text(s: Snapshot | None, paused: bool, width: int = 160, problem: Problem | None = None,
-                now: float | None = None) -> Text:
-    return flow(header_items(s, paused, problem, now), max(20, width))
+                now: float | None = None, playback: Playback | None = None) -> Text:
+    return flow(header_items(s, paused, problem, now, playback), max(20, width))
 
 
 class HeaderBar(TextLine):
     """As many lines as its items need at this width; repainted only when its text changes."""
 
     def show_snapshot(self, s: Snapshot | None, paused: bool, problem: Problem | None = None,
-                      now: float | None = None) -> None:
-        text = header_text(s, paused, self.size.width or 160, problem, now)
+                      now: float | None = None, playback: Playback | None = None) -> None:
+        text = header_text(s, paused, self.size.width or 160, problem, now, playback)
         lines = text.plain.count("\n") + 1
         if self.styles.height is None or self.styles.height.value != lines:
             self.styles.height = lines

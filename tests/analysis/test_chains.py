@@ -1,0 +1,95 @@
+"""Wait chains from Ray's task tree and object table (shapes as Ray 2.60 answers them: a call from an async
+actor has that actor's creation task as parent; a pending ref's object id starts with its task's id) and the
+processes' stacks."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tests.analysis.helpers import RAY_TAIL, controller_in_get, row, stack
+from verltop.analysis.chains import driver_task_id
+from verltop.analysis.dump import analyse
+from verltop.model import ChildProc, ProcessDump, RawObjectRef, RawTask, ThreadStack
+
+JOB = "01000000"
+AL, SRV, CTL = "a1" * 12 + JOB, "b2" * 12 + JOB, "c3" * 12 + JOB  # 32-hex actor ids
+
+
+def task(tid16: str, name: str, actor: str, parent: str, pid: int) -> RawTask:
+    return RawTask(task_id=tid16 + actor, name=name, func_name=name, state="RUNNING", actor_id=actor, node_id="n1",
+                   worker_pid=pid, start_time_ms=None, parent_task_id=parent, type="ACTOR_TASK")
+
+
+def idle_async() -> ProcessDump:
+    return ProcessDump(1, threads=(
+        ThreadStack(1, "MainThread", False, False, stack(("Worker.main_loop", "/x/ray/_private/worker.py", 1069),
+                                                         ("<module>", "/x/ray/_private/workers/default_worker.py",
+                                                          323)).threads[0].frames),
+        ThreadStack(2, "AsyncIO Thread: default", False, False, stack(
+            ("EpollSelector.select", "/usr/lib/python3.11/selectors.py", 468),
+            ("BaseEventLoop._run_once", "/usr/lib/python3.11/asyncio/base_events.py", 1884),
+            ("BaseEventLoop.run_forever", "/usr/lib/python3.11/asyncio/base_events.py", 607)).threads[0].frames)))
+
+
+def rows():
+    ctl = replace(row(CTL, None, None, "controller", task="TaskRunner.run", pid=10), job_id=JOB, actor_name=None)
+    al = replace(row(AL, None, None, "agent_loop", task="AgentLoopWorker.generate_sequences", pid=20),
+                 actor_name="agent_loop_worker_0", class_name="AgentLoopWorker", job_id=JOB)
+    srv = replace(row(SRV, None, None, "rollout_server", task="vLLMHttpServer.generate", pid=30),
+                  actor_name="vllm_server_0_0", class_name="vLLMHttpServer", job_id=JOB)
+    drv = replace(row("driver:" + JOB, None, None, "driver", task=None, pid=5), actor_name="driver",
+                  class_name="driver", job_id=JOB)
+    return ctl, al, srv, drv
+
+
+def engine(func: str = "_load_weights") -> ProcessDump:
+    return stack((func, "/x/vllm/model_executor/model_loader/default_loader.py", 88),
+                 ("WorkerProc.update_weights", "/x/vllm/v1/executor/multiproc_executor.py", 40),
+                 ("WorkerProc.worker_busy_loop", "/x/vllm/v1/executor/multiproc_executor.py", 34))
+
+
+def test_chain_from_the_driver_through_an_async_actor_to_a_child():
+    ctl, al, srv, drv = rows()
+    run = task("0" * 16, "TaskRunner.run", CTL, driver_task_id(JOB), 10)
+    gen = task("1" * 16, "AgentLoopWorker.generate_sequences", AL, run.task_id, 20)
+    # the async agent loop's call: its parent is the agent loop's creation task, not generate_sequences
+    sgen = task("2" * 16, "vLLMHttpServer.generate", SRV, "f" * 16 + AL, 30)
+    kid = ChildProc(SRV, 31, 30, "VLLM::Worker_TP1")
+    stuck = engine()
+    rep = analyse([ctl, al, srv, drv], {CTL: [controller_in_get()] * 2, AL: [idle_async()] * 2,
+                                        SRV: [idle_async()] * 2, drv.actor_id: [controller_in_get()] * 2,
+                                        f"{SRV}:31": [stuck, stuck]}, 0.0, children=[kid], tasks=[run, gen, sgen])
+    (c,) = rep.chains
+    assert [(h.actor_name, h.task, h.pid) for h in c.path] == [
+        ("driver", None, 5), ("TaskRunner", "TaskRunner.run", 10), ("agent_loop_worker_0", "AgentLoopWorker.generate_sequences", 20),
+        ("vllm_server_0_0", "vLLMHttpServer.generate", 30), ("vllm_server_0_0", "VLLM::Worker_TP1", 31)]
+    assert c.path[0].actor_id is None
+    assert (c.ends_in.pid, c.ends_in.process) == (31, "VLLM::Worker_TP1")
+    assert c.ends_in.reason.startswith("in its own code at default_loader.py:88 _load_weights; its stack did not move")
+    assert [(s.actor_id, s.pid) for s in rep.suspects] == [(SRV, 31)]
+    assert rep.suspects[0].reason.startswith("end of the wait chain driver (pid 5) → TaskRunner run → agent_loop_worker_0 "
+                                             "generate_sequences → vllm_server_0_0 generate → VLLM::Worker_TP1:")
+
+
+def test_pending_refs_give_the_edge_the_task_tree_lacks():
+    """Without a usable parent (here: none), the agent loop's reference to the server's task is the edge."""
+    _ctl, al, srv, _ = rows()
+    sgen = task("2" * 16, "vLLMHttpServer.generate", SRV, None, 30)
+    ref = RawObjectRef(sgen.task_id + "01000000", "SUBMITTED_TO_WORKER", "LOCAL_REFERENCE", 20, "10.0.0.1")
+    busy = stack(("generate", "/app/server.py", 12), *RAY_TAIL)
+    rep = analyse([al, srv], {AL: [idle_async()] * 2, SRV: [busy, busy]}, 0.0, tasks=[sgen], refs=[ref])
+    (c,) = rep.chains
+    assert [h.pid for h in c.path] == [20, 30] and "server.py:12 generate" in c.ends_in.reason
+    assert [s.pid for s in rep.suspects] == [30]
+
+
+def test_a_moving_end_is_no_suspect_and_idle_jobs_have_no_chain():
+    ctl, al, _srv, _ = rows()
+    run = task("0" * 16, "TaskRunner.run", CTL, None, 10)
+    gen = task("1" * 16, "AgentLoopWorker.generate_sequences", AL, run.task_id, 20)
+    a = stack(("score", "/app/r.py", 1), *RAY_TAIL)
+    b = stack(("score", "/app/r.py", 2), *RAY_TAIL)
+    rep = analyse([ctl, al], {CTL: [controller_in_get()] * 2, AL: [a, b]}, 0.0, tasks=[run, gen])
+    (c,) = rep.chains
+    assert "moves (slow, not hung)" in c.ends_in.reason and rep.suspects == ()
+    assert analyse([ctl, al], {CTL: [idle_async()], AL: [idle_async()]}, 0.0).chains == ()

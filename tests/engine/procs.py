@@ -1,0 +1,114 @@
+"""Real processes and servers for the watch tests: a chat tool's webhook endpoint, the synthetic dashboard on
+a fixed port (killed and started again there), and ``verltop watch`` itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from tests.faults.helpers import ROOT, clean_env
+
+
+class Hook:
+    """A chat tool's webhook endpoint: answers with ``statuses`` in turn (then 200), records each POST."""
+
+    def __init__(self, statuses: list[int] | None = None, delay_s: float = 0.0) -> None:
+        self.statuses = list(statuses or [])
+        self.delay_s = delay_s
+        self.posts: list[tuple[str, dict, dict]] = []
+        hook = self
+
+        class H(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                hook.posts.append((self.path, dict(self.headers), json.loads(body)))
+                time.sleep(hook.delay_s)
+                status = hook.statuses.pop(0) if hook.statuses else 200
+                self.send_response(status)
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *a: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/services/T000/B000/SECRETKEY"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Dashboard:
+    """``python -m scripts.fake_dashboard`` on a fixed port, so that it can be killed and started again there."""
+
+    def __init__(self, port: int, log: Path, *args: str) -> None:
+        self.port, self.log, self.args = port, log, args
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> Dashboard:
+        out = open(self.log, "a")  # noqa: SIM115 - the child holds it
+        self.proc = subprocess.Popen([sys.executable, "-m", "scripts.fake_dashboard", "--port",
+                                      str(self.port), *self.args], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        out.close()
+        deadline = time.monotonic() + 30
+        while "dashboard at" not in self.log.read_text():
+            assert self.proc.poll() is None and time.monotonic() < deadline, self.log.read_text()[-2000:]
+            time.sleep(0.1)
+        return self
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+
+class Watch:
+    """``verltop watch`` in its own process, stdout to a file."""
+
+    def __init__(self, d: Path, url: str, *args: str, env: dict[str, str] | None = None) -> None:
+        self.dir = d
+        self.out = d.parent / f"{d.name}.out"
+        with open(self.out, "w") as f:
+            self.proc = subprocess.Popen([sys.executable, "-m", "verltop", "watch", "--address", url, "--dir",
+                                          str(d), *args], cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
+                                         env=clean_env(PYTHONPATH=str(ROOT), **(env or {})), start_new_session=True)
+
+    def text(self) -> str:
+        return self.out.read_text()
+
+    def log(self) -> str:
+        p = self.dir / "watch.log"
+        return p.read_text() if p.exists() else ""
+
+    def incidents(self) -> list[Path]:
+        d = self.dir / "incidents"
+        return sorted(p for p in d.iterdir() if (p / "incident.json").exists()) if d.is_dir() else []
+
+    def wait(self, cond, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not cond():
+            assert self.proc.poll() is None, f"watch exited ({self.proc.returncode}): {self.text()[-3000:]}"
+            assert time.monotonic() < deadline, f"{what} not within {timeout:.0f} s:\n{self.text()[-3000:]}"
+            time.sleep(0.25)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+                raise
+        return self.proc.returncode

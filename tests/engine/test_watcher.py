@@ -1,0 +1,62 @@
+"""The watcher's escalations, in process against the synthetic dashboard: after the incident opened (and the
+stacks were taken), the NCCL watchdog's lines appear at the collective's timeout and a rank dies; both are
+added to the same incident, with no second capture."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+from tests.fakeray import FakeDashboard
+from tests.fakeray.cluster import ClusterConfig, FakeCluster
+from verltop.analysis.stalls import StallSettings
+from verltop.engine.monitor import Intervals, Monitor
+from verltop.engine.watch import Watcher, WatchSettings
+from verltop.sources.config import Endpoint
+
+
+async def until(cond, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"{what} not within {timeout:.0f} s"
+        await asyncio.sleep(0.2)
+
+
+async def test_watchdog_lines_and_a_death_escalate_the_same_incident(tmp_path):
+    cluster = FakeCluster(ClusterConfig(nodes=1, gpus_per_node=4, speed=4.0, profiling=True, nccl_timeout_s=20.0))
+    with FakeDashboard(cluster) as fd:
+        mon = Monitor(Endpoint(fd.url, "--address", None, None),
+                      Intervals(actors_s=0.5, tasks_s=0.5, nodes_s=2, node_detail_s=1, timeout_s=5),
+                      StallSettings(stall_after_s=6), use_local=False)
+        cfg = WatchSettings(dir=tmp_path, evidence_every_s=1.0, status_every_s=0.5, clear_after_s=30, samples=2)
+        lines: list[str] = []
+        w = Watcher(mon, cfg, lines.append)
+        stop = asyncio.Event()
+        task = asyncio.create_task(w.run(stop))
+        try:
+            await asyncio.sleep(3)
+            cluster.set_hang(rank=1)
+
+            def doc() -> dict:
+                ps = sorted((tmp_path / "incidents").glob("*/incident.json")) if (tmp_path / "incidents").exists() else []
+                return json.loads(ps[-1].read_text()) if ps else {}
+
+            await until(lambda: doc().get("dump") == "dump.json", 60, "the incident")
+            first = doc()
+            assert first["captures"]["stacks"] == 1 and [s["rank"] for s in first["suspects"]] == [1]
+            assert not any(e["kind"] == "collective" for e in first["escalations"])  # no watchdog line yet
+            await until(lambda: any(e["kind"] == "collective" for e in doc()["escalations"]), 60, "the watchdog")
+            esc = next(e for e in doc()["escalations"] if e["kind"] == "collective")
+            assert esc["text"].startswith("NCCL watchdog on ") and esc["at"] > first["detected_at"]
+            dump = json.loads(next((tmp_path / "incidents").glob("*/dump.json")).read_text())
+            assert any((r["collective"] or {}).get("source") == "watchdog_log" for r in dump["ranks"])
+            cluster.kill_rank(1)
+            await until(lambda: any(e["kind"] == "died" for e in doc()["escalations"]), 30, "the death")
+            last = doc()
+            assert "Died: " in last["summary"] and last["captures"]["stacks"] == 1  # no second py-spy run
+            assert len(list((tmp_path / "incidents").iterdir())) == 1
+            assert sum("INCIDENT" in ln for ln in lines) == 1 and any("NCCL watchdog on" in ln for ln in lines)
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 60)

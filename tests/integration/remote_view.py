@@ -1,0 +1,61 @@
+"""A view of the scenario cluster that reads another node's processes only when asked, in its own process
+(it connects to the cluster through a probe: the pytest process must never become a Ray driver).
+
+    python remote_view.py DASHBOARD NODE_ID ACTOR_ID     → one JSON line of what it saw, step by step
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+
+from verltop.analysis.stalls import StallSettings
+from verltop.engine.monitor import Intervals, Monitor
+from verltop.sources.config import resolve
+
+
+async def until(mon: Monitor, ok, timeout: float):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if mon.latest is not None and ok(mon.latest):
+            return mon.latest
+        await asyncio.sleep(0.3)
+    return None
+
+
+async def main(address: str, node_id: str, actor_id: str) -> dict:
+    iv = Intervals(actors_s=0.5, tasks_s=1.0, nodes_s=2.0, node_detail_s=2.0, timeout_s=10.0, trees_s=2.0)
+    mon = Monitor(resolve(address), iv, StallSettings(), use_local=False, transport="stdlib")
+    mon.start()
+    out: dict = {}
+
+    def row(s):
+        return next((a for a in s.actors if a.actor_id == actor_id), None)
+
+    try:
+        s = await until(mon, lambda s: row(s) is not None, 30)
+        await asyncio.sleep(3)
+        s = mon.latest
+        out["before"] = {"processes": row(s).to_json()["processes"], "orphans": s.to_json()["orphans"],
+                         "ray_imported": "ray" in sys.modules}
+        mon.set_focus([node_id])
+        out["asked"] = [mon.want_processes([node_id]), mon.want_processes([node_id])]
+        s = await until(mon, lambda s: bool(row(s).processes), 90)
+        if s is None:
+            out["error"] = str(mon.remote.error)
+            return out
+        first = row(s).processes_read_at
+        out["tree"] = [[p.pid, p.ppid, p.title] for p in row(s).processes]
+        out["others_read"] = sorted({a.node_id for a in s.actors if a.processes_read_at is not None})
+        s = await until(mon, lambda s: (row(s).processes_read_at or 0) > first, 30)
+        out["reread_after_s"] = None if s is None else round(row(s).processes_read_at - first, 1)
+        out["orphans"] = None if s is None else s.to_json()["orphans"]
+    finally:
+        await mon.stop()
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(asyncio.run(main(*sys.argv[1:4]))), flush=True)

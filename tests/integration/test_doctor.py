@@ -1,0 +1,302 @@
+"""``verltop doctor`` on a real three-raylet cluster (``doctor_cluster.py``) where one node's workers run with
+another ``NCCL_SOCKET_IFNAME`` and read another transformers version: doctor names exactly those two
+mismatches, in JSON, in text and in the TUI's nodes view; no planted secret ever shows; a node that stops
+answering is given up on at the per-node timeout, and a node that leaves during the check is reported as
+gone, not waited on. One cluster for the whole module, driven by its own process."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import Dashboard
+from doctor_cluster import JOB_NCCL, ODD_TRANSFORMERS, SECRETS, TOKEN
+
+pytestmark = pytest.mark.ray
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+FORBIDDEN = (*SECRETS, *SECRETS.values(), TOKEN)
+TIMES: dict[str, float] = {}
+
+
+class DoctorCluster:
+    def __init__(self, state: Path) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+        self.log = open(state / "host.log", "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen([sys.executable, str(HERE / "doctor_cluster.py"), str(state / "state")],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, env=env, text=True,
+                                     start_new_session=True)
+        t0 = time.monotonic()
+        self.info = self._read(180)
+        self.startup_s = time.monotonic() - t0
+        self.address: str = self.info["address"]
+        self.token = TOKEN
+        self.nodes: dict[str, str] = self.info["nodes"]
+        self.dashboard = Dashboard(self)  # type: ignore[arg-type]  # needs .address and .token only
+
+    def _read(self, timeout_s: float) -> dict[str, Any]:
+        import selectors
+
+        assert self.proc.stdout is not None
+        sel = selectors.DefaultSelector()
+        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if sel.select(timeout=1.0):
+                line = self.proc.stdout.readline()
+                if line.startswith("{"):
+                    return json.loads(line)
+                if not line:
+                    break
+            elif self.proc.poll() is not None:
+                break
+        self.stop()
+        raise RuntimeError(f"the doctor cluster did not answer (log: {self.log.name})")
+
+    def send(self, cmd: str, timeout_s: float = 60) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(cmd + "\n")
+        self.proc.stdin.flush()
+        return self._read(timeout_s)
+
+    def env(self) -> dict[str, str]:
+        """verltop as a user on the head runs it: the token and the GCS address, no other RAY_ variable."""
+        e = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+        e.update(HOME="/nonexistent-verltop-home", RAY_AUTH_TOKEN=TOKEN, RAY_ADDRESS=self.info["gcs"])
+        return e
+
+    def doctor(self, *args: str, timeout: float = 180) -> tuple[subprocess.CompletedProcess[str], float]:
+        t0 = time.monotonic()
+        p = subprocess.run([sys.executable, "-m", "verltop", "doctor", "--address", self.address, *args],
+                           capture_output=True, text=True, env=self.env(), timeout=timeout, cwd=ROOT)
+        return p, time.monotonic() - t0
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.write("quit\n")
+                self.proc.stdin.flush()
+                self.proc.wait(60)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def doctor_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DoctorCluster]:
+    c = DoctorCluster(tmp_path_factory.mktemp("doctor-cluster"))
+    try:
+        yield c
+    finally:
+        c.stop()
+        print("\nverltop doctor on 3 raylets: " + ", ".join(f"{k} {v:.1f} s" for k, v in TIMES.items())
+              + f" (cluster start {c.startup_s:.0f} s)")
+
+
+def clean(text: str, where: str) -> None:
+    for s in FORBIDDEN:
+        assert s not in text, f"a planted secret ({s[:6]}…) leaked into {where}"
+
+
+def columns(c: DoctorCluster, report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each node's JSON column by its role in the cluster (head, odd, third)."""
+    by_id = {n["node_id"]: n for n in report["nodes"]}
+    return {role: by_id[nid] for role, nid in c.nodes.items()}
+
+
+def real_transformers() -> str:
+    from importlib.metadata import version
+
+    return version("transformers")
+
+
+def test_json_names_exactly_the_planted_mismatches(doctor_cluster):
+    c = doctor_cluster
+    p, wall = c.doctor("--json")
+    TIMES["doctor --json"] = wall
+    assert p.returncode == 1, p.stderr[-3000:]
+    clean(p.stdout + p.stderr, "doctor --json")
+    r = json.loads(p.stdout)
+    TIMES["its own elapsed_s"] = r["elapsed_s"]
+    col = columns(c, r)
+    odd, head, third = col["odd"]["label"], col["head"]["label"], col["third"]["label"]
+    assert r["problems"] == []
+    assert [m["check"] for m in r["mismatches"]] == ["transformers", "env.NCCL_SOCKET_IFNAME"]
+    tf, nccl = r["mismatches"]
+    assert tf["values"] == {head: real_transformers(), third: real_transformers(), odd: ODD_TRANSFORMERS}
+    assert tf["deviants"] == [odd] and tf["majority"] == real_transformers()
+    iface = c.info["iface"]
+    assert nccl["values"] == {head: iface, third: iface, odd: "lo"} and nccl["deviants"] == [odd]
+    assert r["nodes"][0]["node_id"] == c.nodes["head"] and col["head"]["is_head"]
+    for role, n in col.items():
+        ch = n["checks"]
+        assert n["error"] is None and ch["probe"] == "ok", (role, n)
+        assert ch["python"] == sys.version.split()[0] and ch["ray"] == "2.60.0"
+        assert ch["env.NCCL_DEBUG"] == JOB_NCCL["NCCL_DEBUG"]  # from the job's runtime env, on every node
+        assert ch["env.source"].endswith(("worker", "workers")), ch["env.source"]
+        assert ch["iface.NCCL_SOCKET_IFNAME"] == ("lo" if role == "odd" else iface)
+        assert ch["disk.tmp_free_bytes"] > 0 and ch["disk.ray_logs_free_bytes"] > 0
+        assert abs(ch["clock.offset_s"]) < 0.5  # one machine, one clock
+        assert ch["nvidia.driver"] == "no NVML" or ch["gpu.count"] > 0
+        assert not any(k.startswith("env.") and k[4:] in SECRETS for k in ch)
+    # one probe per node, in its own namespace, not detached, and removed when the check ended
+    deadline = time.monotonic() + 15
+    while True:
+        probes = [a for a in c.dashboard.rows("actors", detail="true") if a["class_name"].endswith("VerltopProbe")]
+        if (probes and all(a["state"] == "DEAD" for a in probes)) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert sorted(a["node_id"] for a in probes) == sorted(c.nodes.values()), probes
+    assert all(a["ray_namespace"] == "verltop-probe" and a["is_detached"] is False and a["state"] == "DEAD"
+               for a in probes), probes
+
+
+def test_text_marks_the_odd_column_and_says_how_to_fix_it(doctor_cluster):
+    c = doctor_cluster
+    p, wall = c.doctor()
+    TIMES["doctor (text)"] = wall
+    assert p.returncode == 1, p.stderr[-3000:]
+    clean(p.stdout + p.stderr, "doctor")
+    out = p.stdout
+    lines = out.splitlines()
+    assert "2 mismatches, 0 problems" in lines[0]
+    marked = [ln for ln in lines if " *" in ln and not ln.startswith("*")]
+    assert len(marked) == 2, marked
+    assert marked[0].startswith("transformers") and f"{ODD_TRANSFORMERS} *" in marked[0]
+    assert marked[1].startswith("env.NCCL_SOCKET_IFNAME") and "lo *" in marked[1]
+    assert "MISMATCHES (2)" in out and "PROBLEMS" not in out
+    assert f"transformers differs: {real_transformers()} on 2 node(s), but {ODD_TRANSFORMERS} on" in out
+    assert f"fix: install transformers=={real_transformers()} on every node" in out
+    assert f"env.NCCL_SOCKET_IFNAME differs: {c.info['iface']} on 2 node(s), but lo on" in out
+    assert "fix: set NCCL_SOCKET_IFNAME the same on every node" in out
+    assert "\x1b[" not in out  # no colour into a pipe
+
+
+def test_shared_directory(doctor_cluster, tmp_path):
+    c = doctor_cluster
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    p, wall = c.doctor("--json", "--path", str(shared))
+    TIMES["doctor --path"] = wall
+    r = json.loads(p.stdout)
+    assert r["problems"] == [] and r["path"] == str(shared)
+    for n in r["nodes"]:
+        assert n["checks"]["path.write"] == "ok" and n["checks"]["path.read_back"] == "ok (2 other nodes)"
+    assert list(shared.iterdir()) == []  # every node removed its file
+    p, _ = c.doctor("--json", "--path", str(tmp_path / "missing"))
+    r = json.loads(p.stdout)
+    assert r["problems"] == ["every node: cannot write to the shared directory: does not exist; create it, mount the "
+                             "shared file system there, and give the Ray user write access"]
+    assert [m["check"] for m in r["mismatches"]] == ["transformers", "env.NCCL_SOCKET_IFNAME"]
+
+
+def test_tui_nodes_view(doctor_cluster, tmp_path):
+    from tests.faults.helpers import PtyTui
+
+    c = doctor_cluster
+    tui = PtyTui("--address", c.address, env=c.env(), cwd=tmp_path, cols=200, rows=50)
+    try:
+        tui.wait_output(b"Quit", 60)  # the main screen's footer
+        t0 = time.monotonic()
+        tui.press("n")
+        tui.wait_output(b"2 mismatches", 90)
+        TIMES["TUI n → table"] = time.monotonic() - t0
+        tui.wait_output(b"NCCL_SOCKET_IFNAME differs", 10)  # the findings, painted after the status line
+        out = bytes(tui.out)
+        assert ODD_TRANSFORMERS.encode() in out and b"transformers differs" in out
+        clean(out.decode(errors="replace"), "the TUI")
+        tui.press("\x1b")
+        time.sleep(1.0)
+        assert tui.proc.poll() is None
+        tui.press("q")
+        try:
+            tui.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            spy = subprocess.run([str(Path(sys.executable).parent / "py-spy"), "dump", "--pid", str(tui.proc.pid)],
+                                 capture_output=True, text=True).stdout
+            raise AssertionError(f"the TUI did not exit after q:\n{spy}") from None
+    finally:
+        assert tui.quit() == 0
+
+
+def test_no_ray_cluster_to_join_is_one_line_exit_2(doctor_cluster):
+    """The dashboard answers but the probes cannot start (this machine does not reach the cluster's GCS)."""
+    c = doctor_cluster
+    env = {**c.env(), "RAY_ADDRESS": "127.0.0.1:1"}
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "verltop", "doctor", "--json", "--address", c.address],
+                       capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
+    TIMES["doctor, no Ray to join (exit 2)"] = time.monotonic() - t0
+    assert p.returncode == 2 and p.stdout == "", (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("verltop: error: cannot start the probes"), p.stderr
+    assert "RAY_ADDRESS" in lines[0]
+    clean(p.stderr, "the error line")
+
+
+def test_a_node_that_stops_answering_is_given_up_on(doctor_cluster):
+    c = doctor_cluster
+    c.send("stop third")
+    try:
+        p, wall = c.doctor("--json", "--node-timeout", "5")
+    finally:
+        c.send("cont third")
+    TIMES["doctor, one node silent (--node-timeout 5)"] = wall
+    assert p.returncode == 1, p.stderr[-3000:]
+    r = json.loads(p.stdout)
+    col = columns(c, r)
+    assert col["third"]["error"].startswith("no answer within 5 s"), col["third"]
+    assert col["third"]["checks"]["probe"] == "no answer within 5 s"
+    assert col["head"]["error"] is None and col["odd"]["error"] is None
+    assert r["problems"] == [f"{col['third']['label']}: could not be checked: no answer within 5 s; the node may be "
+                             "overloaded or its raylet hung: see `ray status` and the raylet log there"]
+    assert wall < 25
+
+
+def test_a_node_that_leaves_during_the_check_is_reported(doctor_cluster):
+    c = doctor_cluster
+    c.send("stop third")  # its probe cannot start; the node is still alive for the GCS
+    t0 = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "verltop", "doctor", "--json", "--address", c.address,
+                             "--node-timeout", "120"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=c.env(), cwd=ROOT)
+    try:
+        # once the other two nodes' probes are up, the check is under way: now the node leaves
+        deadline = time.monotonic() + 60
+        while True:
+            probes = [a for a in c.dashboard.rows("actors") if a["class_name"].endswith("VerltopProbe") and a["state"] == "ALIVE"]
+            if len(probes) >= 2:
+                break
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the probes never started"
+            time.sleep(0.2)
+        c.send("kill third")
+        t_kill = time.monotonic()
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    TIMES["doctor, node leaves (kill → report)"] = time.monotonic() - t_kill
+    TIMES["doctor, node leaves (total)"] = time.monotonic() - t0
+    assert proc.returncode == 1, err[-3000:]
+    r = json.loads(out)
+    col = columns(c, r)
+    assert col["third"]["error"].startswith("the node left the cluster during the check"), col["third"]
+    assert col["head"]["error"] is None and col["odd"]["error"] is None
+    assert len(r["problems"]) == 1 and "could not be checked: the node left the cluster" in r["problems"][0]
+    assert time.monotonic() - t_kill < 45  # the GCS declares it dead within seconds; not the 120 s timeout

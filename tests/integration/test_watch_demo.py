@@ -1,0 +1,168 @@
+"""``verltop watch`` on the demo's real verl job (local Ray cluster, gloo), nobody watching: each hang becomes
+one incident directory whose summary names the straggler and the collective its peers wait in, written
+within the stall rule plus 10 s; the webhook reaches a local HTTP server; a second hang is a second
+incident; ``verltop replay`` of the incident shows the rows turning red and the recorded dump; and the
+watch killed with SIGKILL mid-write leaves a recording that opens and replays."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.engine.procs import Hook, Watch
+from verltop.engine import recfile as rf
+from verltop.engine.recording import Recording
+
+pytestmark = pytest.mark.ray
+
+WRITTEN_WITHIN_S = 10  # incident files after the snapshot that showed the stall
+STALL_WITHIN_S = 60  # the stall rule, after the hang began (as tests/integration/test_tui_demo.py)
+RESUME_S = 45
+
+
+def hang(demo) -> float:
+    demo.request_hang()
+    deadline = time.monotonic() + 60
+    while not demo.hung():
+        assert time.monotonic() < deadline, f"no hang after 60 s: {demo.progress()}"
+        time.sleep(0.5)
+    return demo.hang_info()["since"]
+
+
+def release(demo) -> None:
+    step = demo.progress().get("step", 0)
+    demo.release_hang()
+    deadline = time.monotonic() + RESUME_S
+    while True:
+        p = demo.progress()
+        if not demo.hung() and (p.get("step", 0) > step or p.get("phase") in ("update_weights", "done")):
+            return
+        assert time.monotonic() < deadline, f"job did not resume within {RESUME_S}s: {p}"
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def watched(demo, tmp_path_factory):
+    deadline = time.monotonic() + 90  # finished update_actor runs to compare with (the median rule)
+    while demo.progress().get("step", 0) < 3:
+        assert time.monotonic() < deadline, f"demo not at step 3 after 90 s: {demo.progress()}"
+        time.sleep(0.5)
+    tmp = tmp_path_factory.mktemp("watch-demo")
+    hook = Hook()
+    extra = {"RAY_AUTH_TOKEN": demo.token} if demo.token else {}
+    w = Watch(tmp / "w", demo.address, "--clear-after", "10", "--before", "60", "--webhook", hook.url,
+              "--on-incident", f'echo "$VERLTOP_INCIDENT_DIR" >> {tmp}/hooked', env=extra)
+    w.wait(lambda: "watching" in w.log(), 60, "the watch to start")
+    time.sleep(6)  # a few healthy snapshots first
+    try:
+        yield w, hook, tmp
+    finally:
+        if demo.hung():
+            release(demo)
+        if w.proc.poll() is None:
+            os.killpg(w.proc.pid, signal.SIGKILL)
+            w.proc.wait()
+        hook.close()
+
+
+def check_incident(w: Watch, inc: Path, since: float, group_hint: str | None = None) -> dict:
+    doc = json.loads((inc / "incident.json").read_text())
+    summary = (inc / "summary.txt").read_text().strip()
+    written = (inc / "summary.txt").stat().st_mtime
+    stalled_after = doc["detected_at"] - since
+    print(f"\nwatch: stall seen {stalled_after:.0f} s after the hang, incident written "
+          f"{written - doc['detected_at']:.1f} s later; {summary}")
+    assert stalled_after < STALL_WITHIN_S and written - doc["detected_at"] < WRITTEN_WITHIN_S
+    group = doc["groups"][0]
+    assert f"Suspect: rank 2 of {group}: " in summary and "_stuck_rollout" in summary, summary
+    assert f"Ranks {group}:0-1,3 wait in all_reduce" in summary, summary
+    assert doc["phase"] is not None and [(s["worker_group"], s["rank"]) for s in doc["suspects"]] == [(group, 2)]
+    assert doc["started_at"] <= since + 2 and doc["recording"] == "recording.vtr"
+    dump = json.loads((inc / "dump.json").read_text())
+    ops = {r["rank"]: (r["blocked_on"] or {}).get("op") for r in dump["ranks"] if r["worker_group"] == group}
+    assert ops == {0: "all_reduce", 1: "all_reduce", 2: None, 3: "all_reduce"}, ops
+    return doc
+
+
+def test_one_incident_per_hang_naming_the_straggler(demo, watched):
+    w, hook, tmp = watched
+    since = hang(demo)
+    w.wait(lambda: len(w.incidents()) == 1, STALL_WITHIN_S + 30, "the incident")
+    inc = w.incidents()[0]
+    check_incident(w, inc, since)
+    w.wait(lambda: hook.posts and (tmp / "hooked").exists(), 30, "the webhook and the hook")
+    assert hook.posts[0][2] == {"text": f"verltop: {(inc / 'summary.txt').read_text().strip()} ({inc})"}
+    assert (tmp / "hooked").read_text().strip() == str(inc)
+    time.sleep(8)
+    assert len(w.incidents()) == 1 and w.text().count("INCIDENT") == 1  # one per stall, not per poll
+    release(demo)
+    w.wait(lambda: " over: " in w.text(), 60, "the end of the incident")
+
+
+def test_a_second_hang_is_a_second_incident(demo, watched):
+    w, hook, _ = watched
+    since = hang(demo)
+    w.wait(lambda: len(w.incidents()) == 2, STALL_WITHIN_S + 30, "the second incident")
+    check_incident(w, w.incidents()[1], since)
+    release(demo)
+    w.wait(lambda: w.text().count(" over: ") == 2, 60, "the end of the second incident")
+    assert len(hook.posts) == 2
+
+
+async def test_replay_of_the_incident_shows_rows_turning_red_and_the_dump(watched):
+    from types import SimpleNamespace
+
+    from verltop.cli_watch import replay_engine
+    from verltop.ui.app import VerltopApp
+    from verltop.ui.screens.stacks import StackScreen
+
+    w, _, _ = watched
+    inc = w.incidents()[0]
+    doc = json.loads((inc / "incident.json").read_text())
+    group = doc["groups"][0]
+    engine = replay_engine(SimpleNamespace(path=str(inc), at=None, speed=8.0, paused=False))
+    app = VerltopApp(engine)
+
+    def red() -> set[int]:
+        return {a.rank for a in app.snapshot.actors if a.worker_group == group and a.stalled} if app.snapshot else set()
+
+    async with app.run_test(size=(200, 50)) as pilot:
+        for _ in range(100):
+            await pilot.pause(0.1)
+            if app.snapshot is not None:
+                break
+        assert app.snapshot.taken_at < doc["detected_at"] and red() == set()  # before: nobody red
+        for _ in range(300):
+            await pilot.pause(0.1)
+            if {0, 1, 3} <= red():
+                break
+        assert {0, 1, 3} <= red(), red()  # the waiting ranks turn red as it plays
+        await pilot.press("space", "d")
+        for _ in range(100):
+            await pilot.pause(0.1)
+            if isinstance(app.screen, StackScreen):
+                break
+        screen = app.screen
+        assert isinstance(screen, StackScreen) and screen.report is not None
+        assert [(s.worker_group, s.rank) for s in screen.report.suspects] == [(group, 2)]
+        assert f"{group}:2" in str(screen.query_one("#suspects").render())
+
+
+def test_kill_9_mid_write_then_replay(watched):
+    w, _, _ = watched
+    assert w.proc.poll() is None
+    time.sleep(3)
+    os.killpg(w.proc.pid, signal.SIGKILL)
+    killed = time.time()
+    w.proc.wait()
+    rec = Recording.open(w.dir)
+    assert rec.damage == [] or "stopped mid-write" in rec.damage[-1], rec.damage
+    assert killed - rec.times[-1] < 6, killed - rec.times[-1]  # at most the poll being written is lost
+    assert len(rec.events_of(rf.INCIDENT)) >= 2 and len(rec.events_of(rf.DUMP)) == 2
+    last = rec.cursor().goto(len(rec.snaps) - 1)
+    assert last is not None and any(a.role == "controller" for a in last.actors)

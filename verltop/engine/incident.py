@@ -1,0 +1,153 @@
+"""One incident directory: ``DIR/incidents/<UTC time>-<group>/`` with ``summary.txt`` (the diagnosis in one
+paragraph), ``incident.json``, ``dump.json`` (the ``dump --json`` contract) and ``recording.vtr`` (the
+recording around it). Written when the incident opens and rewritten as it escalates and when it ends; each
+file is replaced whole (written beside it, then renamed), mode 0600, so a reader never sees half a file.
+
+``incident.json``: ``{"id", "started_at", "detected_at", "closed_at", "phase", "groups", "suspects",
+"chains", "evidence", "deaths", "waits", "summary", "recording", "dump", "captures", "escalations"}``;
+times are Unix seconds; unknown values are null, lists empty, never absent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from verltop.analysis.chains import chain_text, group_chains
+from verltop.analysis.incidents import Diagnosis, diagnose, summary_text
+from verltop.analysis.merge import compact_labels
+from verltop.model import DumpReport, Snapshot
+
+INCIDENTS = "incidents"
+
+
+def utc(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
+
+
+def incident_dir(root: Path, detected_at: float, group: str) -> Path:
+    """``root/incidents/20261129T031258Z-<group>`` (a suffix when that exists already)."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", group)[:40] or "job"
+    base = root / INCIDENTS / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(detected_at))}-{safe}"
+    p, n = base, 1
+    while p.exists():
+        n += 1
+        p = base.with_name(f"{base.name}-{n}")
+    return p
+
+
+def make_dir(d: Path) -> None:
+    """``d`` and its parent (the incidents directory), private."""
+    for p in (d.parent, d):
+        p.mkdir(exist_ok=True, mode=0o700)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def chain_texts(report: DumpReport | None) -> tuple[list[Any], tuple[str, ...]]:
+    """The report's wait chains as the dump contract has them, and as sentences (chains that differ only in
+    which peer they pass through once, with a count)."""
+    if report is None:
+        return [], ()
+    texts = tuple(chain_text(c) + (f" (×{n})" if n > 1 else "") for c, n in group_chains(report.chains))
+    return [c.to_json() for c in report.chains], texts
+
+
+@dataclass(slots=True)
+class Incident:
+    """What is known of one incident; ``write`` puts it on disk."""
+
+    id: str
+    dir: Path
+    started_at: float | None
+    detected_at: float
+    groups: list[str]
+    phase: str | None
+    closed_at: float | None = None
+    report: DumpReport | None = None
+    capture_note: str | None = None  # why no stacks were taken, when they were not
+    captures: int = 0
+    escalations: list[dict[str, Any]] = field(default_factory=list)
+    last_event_at: float = 0.0
+    first: Snapshot | None = None  # the snapshot it was detected in
+    snap: Snapshot | None = None  # the latest snapshot seen while it was open
+    diagnosis: Diagnosis | None = None
+    summary: str = ""
+    recording_bytes: int | None = None
+
+    def escalate(self, t: float, kind: str, text: str) -> None:
+        self.escalations.append({"at": t, "kind": kind, "text": text})
+        self.last_event_at = t
+
+    def analyse(self) -> None:
+        first = self.first or self.snap
+        assert first is not None
+        notes = tuple(e["text"] for e in self.escalations)
+        if self.capture_note:
+            notes = (self.capture_note, *notes)
+        _, chains = chain_texts(self.report)
+        self.diagnosis = diagnose(first, self.report, tuple(self.groups), chains, notes, self.snap)
+        began = utc(self.started_at) if self.started_at is not None else "-"
+        self.summary = summary_text(self.diagnosis, began, utc(self.detected_at))
+
+    def to_json(self) -> dict[str, Any]:
+        d = self.diagnosis
+        chains_json, _ = chain_texts(self.report)
+        return {
+            "id": self.id,
+            "started_at": self.started_at,
+            "detected_at": self.detected_at,
+            "closed_at": self.closed_at,
+            "phase": d.phase if d else self.phase,
+            "groups": list(self.groups),
+            "suspects": [s.to_json() for s in d.suspects] if d else [],
+            "chains": chains_json,
+            "evidence": list(d.evidence) if d else [],
+            "deaths": list(d.deaths) if d else [],
+            "waits": [{"group": w.group, "op": w.op, "ranks": compact_labels(w.ranks), "count": len(w.ranks),
+                       "frame": w.frame, "collective": w.collective} for w in d.waits] if d else [],
+            "summary": self.summary,
+            "recording": "recording.vtr" if self.recording_bytes is not None else None,
+            "dump": "dump.json" if self.report is not None else None,
+            "captures": {"stacks": self.captures, "note": self.capture_note},
+            "escalations": list(self.escalations),
+        }
+
+    def write(self) -> None:
+        """summary.txt, incident.json and dump.json (the recording is exported by the caller)."""
+        make_dir(self.dir)
+        self.analyse()
+        write_atomic(self.dir / "summary.txt", self.summary + "\n")
+        if self.report is not None:
+            write_atomic(self.dir / "dump.json", json.dumps(self.report.to_json(), indent=1) + "\n")
+        write_atomic(self.dir / "incident.json", json.dumps(self.to_json(), indent=1) + "\n")
+
+    def meta(self) -> dict[str, Any]:
+        """What the incident's recording says about it (``verltop replay`` starts before the hang)."""
+        return {"incident": {"id": self.id, "started_at": self.started_at, "detected_at": self.detected_at,
+                             "groups": list(self.groups)}}
+
+
+def prune_incidents(root: Path, keep: int) -> list[str]:
+    """Delete the oldest incident directories beyond ``keep`` (names sort by time)."""
+    d = root / INCIDENTS
+    if keep <= 0 or not d.is_dir():
+        return []
+    dirs = sorted(p for p in d.iterdir() if p.is_dir() and not p.name.startswith("."))
+    gone = []
+    for p in dirs[: max(0, len(dirs) - keep)]:
+        shutil.rmtree(p, ignore_errors=True)
+        gone.append(p.name)
+    return gone

@@ -1,0 +1,97 @@
+"""``verltop dump`` without waiting: py-spy starts on this machine's ranks as soon as the actor rows (pids,
+rank env) and the node list (which node is this machine) are in. What else the report needs — the running
+tasks (the method each rank is in), the roles of idle colocated workers, GPU figures — is read while the
+stacks are taken: it labels and classifies the ranks, it does not choose them.
+
+Which actors to dump is decided from the actor rows alone, as a superset of what ``dump_targets`` picks
+once the tasks are in (a colocated worker without a worker group is a verl rank only if its methods say so);
+the candidates that turn out not to be verl ranks are dropped from the report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from verltop.analysis import roles as R
+from verltop.analysis.dump import dump_targets
+from verltop.engine.dumps import DumpJob
+from verltop.engine.monitor import Monitor
+from verltop.model import ActorRow
+from verltop.sources import dashboard as D
+from verltop.sources.pyspy import DumpOptions
+
+log = logging.getLogger("verltop.dump")
+
+
+class QuickDump:
+    """Prepare a ``DumpJob`` for ``group`` (every verl rank and the controller when None) on a fresh
+    ``Monitor``; ``await prepare()`` returns it (or None when the dashboard gave no actor list:
+    ``mon.connection_problem()`` says why) and ``close()`` stops the reads still running."""
+
+    def __init__(self, mon: Monitor, group: str | None, opts: DumpOptions, use_logs: bool = True) -> None:
+        self.mon = mon
+        self.group = group
+        self.opts = opts
+        self.use_logs = use_logs
+        self._background: list[asyncio.Task] = []
+
+    async def prepare(self) -> DumpJob | None:
+        mon = self.mon
+        t = mon.iv.timeout_s
+        summary = asyncio.create_task(D.fetch_nodes_summary(mon.client, t))
+        self._background.append(asyncio.create_task(mon.poll_tasks()))
+        # pending work too: a job whose workers cannot be placed has nothing to dump but its driver
+        _, nodes, _ = await asyncio.gather(mon.poll_actors(), D.fetch_nodes(mon.client, t), mon.poll_pending())
+        mon.take_nodes(nodes, None)
+        if not mon.has_data:
+            summary.cancel()
+            return None
+        snap = mon.snapshot()
+        targets = candidates(snap.actors, self.group)
+        self._background += [asyncio.create_task(self._node_stats(nodes, summary)),
+                             asyncio.create_task(mon.poll_local(procs=False)),
+                             *(asyncio.create_task(mon.seed_roles(g)) for g in colocated_groups(snap.actors))]
+
+        async def refreshed() -> dict[str, ActorRow]:
+            for r in await asyncio.gather(*self._background, return_exceptions=True):
+                if isinstance(r, BaseException):
+                    log.error("a read for the dump failed", exc_info=r)
+            rows = mon.rows_by_id(snap.taken_at)
+            taken = {a.actor_id for a in targets}
+            return {a.actor_id: a for a in dump_targets(list(rows.values()), self.group) if a.actor_id in taken}
+
+        return DumpJob(mon.client, mon.local_node_ids(), targets, self.opts, use_logs=self.use_logs,
+                       refresh_rows=refreshed, clock=mon.clock, nodes=snap.nodes, drivers=self.group is None,
+                       ras_addrs=mon.ras_addresses(snap.actors) if mon.use_local else [], pending=snap.pending)
+
+    async def _node_stats(self, nodes: D.Result, summary: asyncio.Task) -> None:
+        self.mon.take_nodes(nodes, await summary)
+
+    def close(self) -> None:
+        for t in self._background:
+            t.cancel()
+
+
+def candidates(actors: tuple[ActorRow, ...], group: str | None) -> list[ActorRow]:
+    """What to dump before the tasks are known: ``dump_targets`` of the rows as they are, and colocated
+    workers without a worker group (their role comes from their methods)."""
+    out = dump_targets(actors, group)
+    if group is None:
+        have = {a.actor_id for a in out}
+        out += [a for a in actors if a.actor_id not in have and a.worker_group is None
+                and R.is_colocated(a.class_name) and a.state in ("ALIVE", "DEAD", "RESTARTING")]
+    return out
+
+
+def colocated_groups(actors: tuple[ActorRow, ...]) -> list[list[str]]:
+    """Actor ids per colocated worker group, rank 0 first (a worker without a group is its own): the
+    roles of each are read once, from its first actor's finished tasks."""
+    groups: dict[str, list[ActorRow]] = {}
+    for a in actors:
+        if R.is_colocated(a.class_name):
+            groups.setdefault(a.worker_group or a.actor_id, []).append(a)
+    def first(a: ActorRow) -> tuple[bool, int]:
+        return a.state != "ALIVE", a.rank if a.rank is not None else 1 << 30
+
+    return [[a.actor_id for a in sorted(g, key=first)] for g in groups.values()]
