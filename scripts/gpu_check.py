@@ -23,8 +23,10 @@ timeout and the Flight Recorder on) until collective #5 hangs, then runs what a 
 NCCL RAS (NCCL >= 2.24) is asked at every step (raw answers saved, JSON and text): before the timeout it must
 name the straggler as behind its peers (``straggler``), both ranks of the ``mismatch``, and ``snapshot`` /
 ``dump`` must carry it; after the abort (``--post-mortem``) the dead rank as missing. The ``kill`` shape hangs
-like ``straggler`` and then SIGKILLs the straggler inside its wait: RAS names it missing, and the dump names the
-dead rank as the suspect.
+like ``straggler`` and then SIGKILLs the straggler inside its wait: the dump names the dead rank as the suspect,
+and RAS names it missing while its peers live; when the job's controller fails with it and Ray kills the peers
+as their owner died (a verl layout: the controller's ``ray.get`` raises), the rank that died of its own cause
+is still the one named.
 
 Shapes: ``straggler`` and ``mismatch`` need 2 GPUs (``--world`` ranks); ``single`` runs on one (an NCCL group
 of one that keeps its GPU busy, and a CPU-only straggler); ``tree`` (``scripts/gpu_tree.py``, one GPU, needs
@@ -100,7 +102,7 @@ class Scenario:
 
     def __init__(self, shape: str, world: int, out: Path, nccl_timeout_s: float, port: int) -> None:
         self.shape, self.world, self.dir = shape, world, out / shape
-        self.prefix = {"straggler": "chks", "mismatch": "chkm", "single": "chk1", "tree": "chkt"}[shape]
+        self.prefix = {"straggler": "chks", "mismatch": "chkm", "single": "chk1", "tree": "chkt", "kill": "chkk"}[shape]
         self.nccl_timeout_s = nccl_timeout_s
         self.port = port
         self.checks = Checks()
@@ -351,9 +353,16 @@ class Scenario:
             time.sleep(3.0)
         self.check_suspects("after the kill", dump, {self.straggler})
         report = self.ras("ras_after_kill")
-        found = self.ras_findings("ras_after_kill", report)
-        c.check("RAS after the kill: the killed rank is missing", victim in {f.pid for f in found if f.kind == "missing"},
-                [f.text for f in found])
+        alive = [r for k, r in self.ranks(dump, "ranks").items() if k != self.straggler and r.get("state") == "ALIVE"]
+        if alive:  # the peers live on, stuck in the collective: RAS still answers from them
+            found = self.ras_findings("ras_after_kill", report)
+            c.check("RAS after the kill: the killed rank is missing",
+                    victim in {f.pid for f in found if f.kind == "missing"}, [f.text for f in found])
+        else:
+            # the controller's ray.get raised, the job ended and Ray killed the peers as their owner died:
+            # nothing is left to answer RAS, and the dump must still name the rank that died first
+            c.check("after the kill: the peers died of their owner's death, RAS has no listener left",
+                    report is None, "RAS still answered")
 
     def check_suspects(self, what: str, dump: dict | None, want: set[int]) -> None:
         got = {s.get("rank") for s in (dump or {}).get("suspects", []) if s.get("worker_group") == self.prefix}

@@ -169,3 +169,30 @@ def test_rank_dump_json_fields_are_always_there():
     for r in rep.to_json()["ranks"]:
         assert r["process"] is None and r["parent_pid"] is None and r["death"] is None
     assert rep.to_json()["chains"] == []
+
+
+def test_a_group_that_died_whole_names_the_rank_whose_death_was_its_own():
+    """The shape of the H200 'kill' run (NCCL, 2 ranks, Ray 2.60): rank 1 is SIGKILLed while rank 0 waits
+    in all_reduce #5. The controller's ray.get raises, the driver exits, and Ray kills rank 0 as its owner
+    died: nobody is left waiting, every rank is DEAD. The one that died first, of its own cause, is named;
+    the rank that died of its owner's death is not."""
+    killed = ("[WORKER_DIED] The actor is dead because its worker process has died. Worker exit type: "
+              "SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a connection error code 2. End of file.")
+    owner = ("[OWNER_DIED] The actor is dead because its owner has died. Owner Id: 01000000ffffffffffff "
+             "Owner Ip address: 192.0.2.2 Owner worker exit type: INTENDED_SYSTEM_EXIT")
+    r0 = replace(row("a0", rank=0, state="DEAD", task=None, death="its owner (the process that created it) died "
+                     "(INTENDED_SYSTEM_EXIT)", pid=5262), world_size=2, death_text=owner)
+    r1 = replace(row("a1", rank=1, state="DEAD", task=None, death="worker process died (SYSTEM_ERROR): Worker "
+                     "unexpectedly exits with a connection error code 2. End of file.", pid=5263),
+                 world_size=2, death_text=killed)
+    deaths = {"a0": classify(owner, None), "a1": classify(killed, None)}
+    assert (deaths["a0"].kind, deaths["a1"].kind) == ("exit", "unknown")
+    rep = analyse([r0, r1], {}, 0.0, deaths=deaths)
+    assert [s.actor_id for s in rep.suspects] == ["a1"]
+    reason = rep.suspects[0].reason
+    assert reason.startswith("DEAD (unknown: the worker process died and left no reason")
+    assert reason.endswith("; rank 0 of wg died after it (their owner died)")
+    # a group killed on purpose (every rank's owner gone) names nobody
+    both = analyse([r0, replace(r1, death_text=owner, death_cause=r0.death_cause)], {}, 0.0,
+                   deaths={"a0": deaths["a0"], "a1": deaths["a0"]})
+    assert both.suspects == ()

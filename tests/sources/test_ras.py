@@ -232,3 +232,44 @@ def test_snapshot_cli_asks_ras():
     assert ras1 and ras1[0]["state"] == "behind" and ras1[0]["op"] == "AllReduce"
     assert (ras1[0]["count"], ras1[0]["expected"]) == (5, 6) and "NCCL RAS" in by_rank[1]["stall_reason"]
     assert not any(s["rule"] == "ras" for s in by_rank[0]["stalls"])
+
+
+# ---------------------------------------------------------------- a second run: one GPU visible per rank
+
+RUN3 = FIX / "run3"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in RUN3.glob("*.out")))
+def test_run3_answers_parse_as_captured(name):
+    """Whole conversations as the RAS port answered them (the handshake's ``SERVER PROTOCOL 2`` first), from
+    ranks that each see one GPU: the text names it ``GPU 0 (NVML 1)``."""
+    r, err = ras.parse((RUN3 / name).read_text())
+    assert err is None and r.nccl_version == "2.28.9" and r.source == ("json" if "_json" in name else "text")
+
+
+@pytest.mark.parametrize("shape,expect", [
+    ("straggler_hang", [("behind", 1, 1835)]),
+    ("kill_before", [("behind", 1, 5263)]),
+    ("mismatch_hang", [("mismatch", 0, 3625), ("mismatch", 1, 3626)]),
+    ("straggler_aborted", [("missing", 0, 1830)]),
+])
+def test_run3_text_and_json_agree(shape, expect):
+    for fmt in ("json", "text"):
+        assert kinds(report(f"{shape}_status_{fmt}.out", RUN3)) == expect, fmt
+
+
+def test_run3_mismatch_names_both_collectives_and_counts():
+    # text: one section per op whose counts differ (AllGather: rank 1 launched 1, rank 0 none; AllReduce 5 / 4)
+    r = report("mismatch_hang_status_text.out", RUN3)
+    (comm,) = r.comms
+    assert sorted((x.rank, x.cuda_dev, dict(x.counts)) for x in comm.ranks) == \
+        [(0, 0, {"AllGather": 0, "AllReduce": 5}), (1, 0, {"AllGather": 1, "AllReduce": 4})]
+    texts = [f.text for f in RAS.findings(r)]
+    assert texts[0].endswith("rank 0 (pid 3625 on 192.0.2.2) issued AllReduce while rank 1 issued AllGather "
+                             "instead: different collectives on one communicator")
+
+
+def test_run3_straggler_behind_names_the_collective_it_never_reached():
+    (f,) = RAS.findings(report("straggler_hang_status_json.out", RUN3))
+    assert (f.rank, f.pid, f.op, f.count, f.peers_count) == (1, 1835, "AllReduce", 4, 5)
+    assert f.text.endswith("issued 4 AllReduce, its peers 5 — it never reached all_reduce #5")

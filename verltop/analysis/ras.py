@@ -44,8 +44,9 @@ class RasFinding:
             return (f"NCCL RAS, {comm}: {who} issued {self.count} {self.op}, its peers {self.peers_count} — it never "
                     f"reached {OP_NAMES.get(self.op or '', self.op)} #{self.peers_count}")
         if self.kind == "mismatch":
-            return (f"NCCL RAS, {comm}: {who} issued {self.op} while ranks {_ints(self.peers)} issued "
-                    f"{self.peer_op} instead: different collectives on one communicator")
+            peers = f"{'rank' if len(self.peers) == 1 else 'ranks'} {_ints(self.peers)}"
+            return (f"NCCL RAS, {comm}: {who} issued {self.op} while {peers} issued {self.peer_op} instead: "
+                    "different collectives on one communicator")
         if self.kind == "missing":
             state = "considered dead" if self.dead else "not answering"
             return f"NCCL RAS, {comm}: {who} is missing ({state}: its process is stopped, hung in the kernel or gone)"

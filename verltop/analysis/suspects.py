@@ -3,6 +3,8 @@
 Rules (a rank simply waiting with its peers is never a suspect):
 - a DEAD or RESTARTING rank whose peers wait, or whose peers live on (their collective failed with it:
   gloo's "Connection closed by peer");
+- a group whose ranks all died: the ranks that died of their own cause (a signal, an OOM, a crash), not of
+  another's (an owner that died, a handle out of scope, an intended exit);
 - a rank that NCCL's watchdog killed (death ``nccl_timeout``) waited in its collective: it counts as waiting,
   and the live ranks that never reached that collective are the suspects (it is one only when none is);
 - in a worker group where most ranks wait in one collective, the ranks that are not in it;
@@ -69,6 +71,20 @@ def _wait(rs: list[RankDump]) -> str:
     return "waits" if len(rs) == 1 else "wait"
 
 
+def _consequence(r: RankDump) -> bool:
+    """A death caused by another's: its owner died, its handle went out of scope, it was told to exit."""
+    cause = r.actor.death_cause or ""
+    if r.death is not None and r.death.kind == "exit" and "ray.kill" not in (r.death.detail or ""):
+        return True
+    return any(k in cause for k in ("OWNER_DIED", "owner has died", "its owner", "OUT_OF_SCOPE",
+                                    "INTENDED_USER_EXIT", "INTENDED_SYSTEM_EXIT", "references to the actor"))
+
+
+def _consequences(rs: list[RankDump]) -> str:
+    kinds = sorted({"their owner died" if "owner" in (_death(r) or "") else _death(r) or "dead" for r in rs})
+    return "; ".join(kinds)
+
+
 def _death(r: RankDump) -> str:
     if r.death is not None:
         return f"{r.death.kind}: {r.death.detail}" if r.death.detail else r.death.kind
@@ -118,6 +134,14 @@ def find_suspects(ranks: list[RankDump]) -> list[Suspect]:
                     why = (f"while {_ranks(live)} of {g} live on (a collective with a dead rank fails on its "
                            "peers, or they wait for it)")
                 add(r, f"{r.actor.state}{cause} {why}", 100)
+        if culprits and not live:
+            # the whole group is gone: the ranks whose death was their own (a signal, an OOM, a crash) took
+            # the others down (their owner, the controller, died of it, or they were released after it)
+            roots = [r for r in culprits if not _consequence(r)]
+            for r in roots:
+                others = [x for x in dead if x is not r]
+                then = f"; {_ranks(others)} of {g} died after it ({_consequences(others)})" if others else ""
+                add(r, f"{r.actor.state} ({_death(r)}){then}", 95)
         if not waiting:
             continue
         counts = Counter(ops[id(r)] for r in waiting)

@@ -226,8 +226,9 @@ class Monitor(Engine):
         if self.sampler and self.sampler.nvml_open:
             await asyncio.to_thread(self.sampler.close)
 
-    def ras_addresses(self, actors: tuple[ActorRow, ...] | list[ActorRow]) -> list[tuple[str, int]]:
-        return nccl_ras.addresses(actors, self.local_node_ids(), self.ras_addrs)
+    def ras_addresses(self, actors: tuple[ActorRow, ...] | list[ActorRow], gpu_host: bool = False
+                      ) -> list[tuple[str, int]]:
+        return nccl_ras.addresses(actors, self.local_node_ids(), self.ras_addrs, gpu_host)
 
     async def _poll_ras(self) -> None:
         """NCCL RAS on this machine, only while a rank that can run NCCL looks stalled (about 0.5 ms a query:

@@ -10,13 +10,15 @@ from verltop.sources import ras
 
 
 def addresses(actors: tuple[ActorRow, ...] | list[ActorRow], local_node_ids: frozenset[str],
-              explicit: tuple[str, ...] = ()) -> list[tuple[str, int]]:
+              explicit: tuple[str, ...] = (), gpu_host: bool = False) -> list[tuple[str, int]]:
     """The RAS addresses on this machine: the user's, else those of local ranks that can run NCCL (a GPU, or
-    ``NCCL_RAS_ADDR`` in their runtime env; the default address when they set none)."""
+    ``NCCL_RAS_ADDR`` in their runtime env; the default address when they set none). ``gpu_host``: this
+    machine has NVIDIA GPUs and which rank uses one is not read yet (a one-shot dump asks RAS before the GPU
+    reads answer): every local rank of a worker group counts."""
     if explicit:
         return sorted({ras.parse_addr(x) for x in explicit})
     local = [a for a in actors if a.node_id in local_node_ids and a.state == "ALIVE"
-             and (a.gpu_index is not None or a.ras_addr)]
+             and (a.gpu_index is not None or a.ras_addr or (gpu_host and a.worker_group))]
     return sorted({ras.parse_addr(a.ras_addr) for a in local})
 
 

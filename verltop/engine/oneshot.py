@@ -19,6 +19,7 @@ from verltop.engine.dumps import DumpJob
 from verltop.engine.monitor import Monitor
 from verltop.model import ActorRow
 from verltop.sources import dashboard as D
+from verltop.sources.local import has_nvidia_device
 from verltop.sources.pyspy import DumpOptions
 
 log = logging.getLogger("verltop.dump")
@@ -63,7 +64,7 @@ class QuickDump:
 
         return DumpJob(mon.client, mon.local_node_ids(), targets, self.opts, use_logs=self.use_logs,
                        refresh_rows=refreshed, clock=mon.clock, nodes=snap.nodes, drivers=self.group is None,
-                       ras_addrs=mon.ras_addresses(snap.actors) if mon.use_local else [], pending=snap.pending)
+                       ras_addrs=mon.ras_addresses(snap.actors, has_nvidia_device()) if mon.use_local else [], pending=snap.pending)
 
     async def _node_stats(self, nodes: D.Result, summary: asyncio.Task) -> None:
         self.mon.take_nodes(nodes, await summary)

@@ -16,6 +16,7 @@ import asyncio
 import json
 import re
 import time
+from dataclasses import replace
 from typing import Any
 
 from verltop.convert import one_line, to_bool, to_int, to_str
@@ -103,6 +104,8 @@ _MISSING_COMMA = re.compile(r'("nvml_dev":\s*-?\d+)(\s*\n\s*"status":)')
 def parse(body: str) -> tuple[RasReport | None, str | None]:
     """A STATUS answer, JSON or text, as a report (or why it could not be read)."""
     s = body.lstrip()
+    if s.startswith("SERVER PROTOCOL"):  # a whole conversation, the handshake's answer first
+        s = s.split("\n", 1)[1].lstrip() if "\n" in s else ""
     if s.startswith("{"):
         return parse_json(s)
     if s.startswith("NCCL version"):
@@ -142,9 +145,11 @@ def _json_rank(r: dict[str, Any], missing: bool) -> RasRank:
 
 _VERSION = re.compile(r"^NCCL version (\S+)")
 _COMM = re.compile(r"^#\d+-\d+ \(([0-9a-fA-F]+)\) (\w+)")
-_LAUNCHED = re.compile(r"Rank (\d+) has launched up to operation (\d+) -- GPU (\d+) managed by process (\d+) on node (\S+)")
+# "GPU 0 (NVML 1)": the process sees one GPU (CUDA_VISIBLE_DEVICES), NVML's index is the machine's
+_LAUNCHED = re.compile(r"Rank (\d+) has (?:launched up to operation (\d+)|not launched any operations) -- "
+                       r"GPU (\d+)(?: \(NVML \d+\))? managed by process (\d+) on node (\S+)")
 _OPS = re.compile(r"different (\w+) operation counts")
-_MISSING = re.compile(r"^\s+Rank (\d+) -- GPU (\d+) managed by process (\d+) on node (\S+)")
+_MISSING = re.compile(r"^\s+Rank (\d+) -- GPU (\d+)(?: \(NVML \d+\))? managed by process (\d+) on node (\S+)")
 _MISSING_N = re.compile(r"Missing communicator data from (\d+) rank")
 _PROCESS = re.compile(r"^\s+Process (\d+) on node (\S+) managing GPU")
 
@@ -188,8 +193,13 @@ def parse_text(body: str) -> tuple[RasReport | None, str | None]:
         la = _LAUNCHED.search(line)
         if la:
             op = cur["op"] or "?"
-            cur["ranks"].append(RasRank(int(la.group(1)), la.group(5), int(la.group(4)), int(la.group(3)),
-                                        ((op, int(la.group(2))),)))
+            rank, n = int(la.group(1)), int(la.group(2) or 0)
+            prev = next((i for i, x in enumerate(cur["ranks"]) if x.rank == rank), None)
+            if prev is None:
+                cur["ranks"].append(RasRank(rank, la.group(5), int(la.group(4)), int(la.group(3)), ((op, n),)))
+            else:  # one section per operation whose counts differ: a rank's counts add up
+                x = cur["ranks"][prev]
+                cur["ranks"][prev] = replace(x, counts=(*x.counts, (op, n)))
             continue
         mi = _MISSING.match(line)
         if mi:
