@@ -39,11 +39,13 @@ def free_port() -> int:
 class FakeServer:
     """The synthetic dashboard in a child process, so its CPU is not counted as verltop's."""
 
-    def __init__(self, nodes: int, gpus: int, extra: int = 0, hang_at: float | None = None) -> None:
+    def __init__(self, nodes: int, gpus: int, extra: int = 0, hang_at: float | None = None, speed: float = 1.0,
+                 rm_nodes: int = 0, max_finished: int = 2000) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         args = [PY, "-m", "scripts.fake_dashboard", "--nodes", str(nodes), "--gpus", str(gpus),
-                "--port", str(self.port), "--extra-actors", str(extra)]
+                "--port", str(self.port), "--extra-actors", str(extra), "--speed", str(speed),
+                "--rm-nodes", str(rm_nodes), "--max-finished", str(max_finished)]
         if hang_at is not None:
             args += ["--hang-at", str(hang_at)]
         self.proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -146,6 +148,81 @@ def child_idle_cpu(url: str, seconds: float) -> None:
                     "seconds": wall, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
     print(json.dumps(asyncio.run(run())), flush=True)
+
+
+def child_engine(url: str, seconds: float, timeline: str) -> None:
+    """The engine alone (polls, history, snapshots; no UI) for ``seconds``: CPU per task-poll cycle, with or
+    without the step timeline, and what the timeline read from Ray's finished tasks meanwhile."""
+    from verltop.engine.monitor import Monitor
+    from verltop.sources.config import resolve
+
+    spent = [0.0]  # thread CPU inside the timeline's own code (polls' observe, plans, exact rows, step builds)
+
+    def timed(fn):
+        def wrapper(*a, **kw):
+            t0 = time.thread_time()
+            try:
+                return fn(*a, **kw)
+            finally:
+                spent[0] += time.thread_time() - t0
+        return wrapper
+
+    async def run() -> dict:
+        mon = Monitor(resolve(url), use_local=False, timeline=timeline == "on")
+        tl = mon.timeline
+        for name in ("observe", "steps", "add_finished", "maybe_refine"):
+            setattr(tl, name, timed(getattr(tl, name)))
+        mon.start()
+        await asyncio.sleep(8.0)  # past start-up: the seed, the first detail reads
+        spent[0] = 0.0
+        st = mon.timeline.stats
+        cpu0, w0, polls0, req0 = time.process_time(), time.monotonic(), mon.src.tasks.tries, mon.client.requests
+        rounds0, treq0, rows0 = st.rounds, st.requests, st.rows
+        await asyncio.sleep(seconds)
+        cpu, wall = time.process_time() - cpu0, time.monotonic() - w0
+        cycles = max(1, mon.src.tasks.tries - polls0)
+        steps = (mon.latest.steps if mon.latest else ())
+        out = {"cpu_per_cycle_ms": cpu / cycles * 1000, "steady_cpu_pct": cpu / wall * 100, "cycles": cycles,
+               "requests": mon.client.requests - req0, "refine_rounds": st.rounds - rounds0,
+               "refine_requests": st.requests - treq0, "refine_rows": st.rows - rows0,
+               "steps": len(steps), "exact_steps": sum(1 for s in steps if s.exact), "build_ms": mon.last_build_ms,
+               "timeline_ms_per_cycle": spent[0] / cycles * 1000}
+        await mon.stop()
+        return out
+
+    print(json.dumps(asyncio.run(run())), flush=True)
+
+
+def bench_timeline(quick: bool) -> list[tuple]:
+    """What the step timeline adds to the engine's poll cost at 1,024 ranks. The job runs at twice the
+    speed (a 32 s step: two or three complete, are refined and read back while it is measured, and a phase
+    changes every few polls, more often than in a real job); runs alternate so drift hits both alike."""
+    secs = 30.0 if quick else 60.0
+    # two steps of finished tasks (Ray's GCS keeps 100,000 attempts: ten steps here; the synthetic server would
+    # spend the cores listing them)
+    srv = FakeServer(128, 8, speed=2.0, max_finished=20_000)
+    try:
+        runs: dict[str, list[dict]] = {"on": [], "off": []}
+        for mode in ("off", "on", "off", "on"):
+            runs[mode].append(child("engine", srv.url, str(secs), mode))
+    finally:
+        srv.stop()
+    on = statistics.median(r["cpu_per_cycle_ms"] for r in runs["on"])
+    off = statistics.median(r["cpu_per_cycle_ms"] for r in runs["off"])
+    on_pct = statistics.median(r["steady_cpu_pct"] for r in runs["on"])
+    off_pct = statistics.median(r["steady_cpu_pct"] for r in runs["off"])
+    own = statistics.median(r["timeline_ms_per_cycle"] for r in runs["on"])
+    per_round = [r["refine_requests"] / max(1, r["refine_rounds"]) for r in runs["on"]]
+    rows = [r["refine_rows"] / max(1, r["refine_rounds"]) for r in runs["on"]]
+    return [
+        ("engine CPU per poll cycle, 1,024 ranks (1,161 actors), timeline off / on",
+         f"{off:.0f} / {on:.0f} ms ({(on - off) / off * 100:+.0f} %)", "on ≤ off + 5 %", on <= off * 1.05),
+        ("engine steady CPU, 1,024 ranks, timeline off / on", f"{off_pct:.1f} / {on_pct:.1f} % of a core", "-", None),
+        ("of which the timeline's own code (thread CPU), per poll cycle", f"{own:.1f} ms", "≤ 5 % of off",
+         own <= off * 0.05),
+        ("timeline reads per completed step, 1,024 ranks (requests / rows)",
+         f"{statistics.median(per_round):.0f} / {statistics.median(rows):.0f}", "-", None),
+    ]
 
 
 def _p95(xs: list[float]) -> float:
@@ -470,7 +547,7 @@ def main() -> int:
     ap.add_argument("--live", metavar="URL", help="only the live comparisons, on the Ray cluster at URL (its "
                     "dashboard; token from RAY_AUTH_TOKEN or ~/.ray/auth_token)")
     ap.add_argument("--runs", type=int, default=9, help="runs per live figure (default 9)")
-    ap.add_argument("--only", choices=("merge", "dump_local", "dump_children", "ui", "processes", "live"),
+    ap.add_argument("--only", choices=("merge", "dump_local", "dump_children", "ui", "processes", "timeline", "live"),
                     help="run one measurement")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -479,6 +556,7 @@ def main() -> int:
         {"first_frame": lambda: child_first_frame(rest[0], float(rest[1])),
          "refresh": lambda: child_refresh(rest[0], float(rest[1])),
          "idle": lambda: child_idle_cpu(rest[0], float(rest[1])),
+         "engine": lambda: child_engine(rest[0], float(rest[1]), rest[2]),
          "first_ranks": lambda: child_first_ranks(rest[0])}[mode]()
         return 0
     rows: list[tuple] = []
@@ -487,8 +565,8 @@ def main() -> int:
 
     named = {"merge": bench_merge, "dump_local": bench_dump_local, "dump_children": bench_dump_children,
              "ui": lambda: bench_ui(a.quick), "processes": lambda: bench_processes(polls=10 if a.quick else 40),
-             "live": lambda: bench_live(a.quick, a.runs)}
-    steps = [named[k] for k in ("merge", "dump_local", "dump_children", "ui", "processes")]
+             "timeline": lambda: bench_timeline(a.quick), "live": lambda: bench_live(a.quick, a.runs)}
+    steps = [named[k] for k in ("merge", "dump_local", "dump_children", "ui", "processes", "timeline")]
     if not (a.quick or a.no_live):
         steps.append(named["live"])
     if a.only:

@@ -41,6 +41,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--kill-rank-at", type=float, default=None, metavar="S",
                    help="kill --hang-rank's WorkerDict S seconds after start (its peers hang)")
     p.add_argument("--delay", type=float, default=0.0, help="add this latency to every request")
+    p.add_argument("--max-finished", type=int, default=2000, metavar="N",
+                   help="FINISHED task attempts kept (Ray's GCS keeps 100000: task_events_max_num_task_in_gcs)")
     return p.parse_args(argv)
 
 
@@ -51,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         rollout_mode=a.rollout_mode, engine=a.engine, rm_nodes=a.rm_nodes,
         agent_loop_workers=a.agent_loop_workers, rollout_servers=a.rollout_servers,
         extra_actors=a.extra_actors, dead_actors=a.dead_actors, speed=a.speed,
-        hang_at_s=a.hang_at, hang_rank=a.hang_rank,
+        hang_at_s=a.hang_at, hang_rank=a.hang_rank, max_finished_tasks=a.max_finished,
     )
     cluster = FakeCluster(cfg)
     fd = FakeDashboard(cluster, host=a.host, port=a.port, prewarm=True)

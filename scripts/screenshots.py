@@ -2,7 +2,8 @@
 
     python -m scripts.screenshots [--out screenshots]     # from the repository root; starts a Ray cluster
 
-Writes SVGs (Textual's own export) of: the running job, the job after the injected hang (stalled rows with
+Writes SVGs (Textual's own export) of: the running job, the step timeline (healthy, then with a rank that
+finishes update_actor late), the job after the injected hang (stalled rows with
 their reasons), the stack screen after `d` (suspects), a rank's full stack, an actor's details and the help
 screen, at 160x30, and the hung job at 80x24 (a fresh SSH terminal); and PNGs of them when `rsvg-convert` is
 installed (Debian: librsvg2-bin).
@@ -87,6 +88,7 @@ async def shoot(address: str, handle: Any, out: Path) -> list[Path]:
         await pilot.pause(0.3)
         save("help")
         await pilot.press("escape")
+        await timeline_shots(pilot, app, handle, save)
         for _ in range(1800):  # a few steps first: the stall rules compare with the step's usual length
             if handle.progress().get("step", 0) >= 4:
                 break
@@ -129,6 +131,35 @@ async def shoot(address: str, handle: Any, out: Path) -> list[Path]:
         await pilot.pause(2.5)
         save("details")
     return shots
+
+
+async def timeline_shots(pilot, app, handle, save) -> None:
+    """`t` on the healthy job (steps made exact from Ray's task events), then on a rank that finishes
+    update_actor late (its peers done, the skew growing); the late rank is released before going on."""
+    from verltop.ui.screens.timeline import TimelineScreen
+
+    await pilot.press("t")
+    screen = app.screen
+    assert isinstance(screen, TimelineScreen)
+    for _ in range(900):
+        await pilot.pause(0.1)
+        if sum(1 for s in screen.steps if s.exact and not s.running) >= 4:
+            break
+    save("timeline")
+    step = handle.progress().get("step", 0)
+    handle.request_hang("late")
+    for _ in range(900):
+        await pilot.pause(0.1)
+        if handle.hung():
+            break
+    await pilot.pause(40)  # past three median steps: the stuck step's short phases are read exactly too
+    save("timeline-late-rank")
+    handle.release_hang()
+    for _ in range(900):
+        await pilot.pause(0.1)
+        if not handle.hung() and handle.progress().get("step", 0) > step + 1:
+            break
+    await pilot.press("escape")
 
 
 def to_png(svg: Path, width: int) -> None:

@@ -12,7 +12,11 @@ from tests.replay_server import ReplayDashboard, free_port
 
 ACTOR_KEYS = {"actor_id", "actor_name", "class_name", "pid", "node_ip", "state", "worker_group", "rank",
               "world_size", "role", "roles", "task", "task_running_s", "gpu_index", "gpu_util_percent",
-              "gpu_mem_bytes", "cpu_percent", "rss_bytes", "stalled", "stall_reason", "stalls", "processes"}
+              "gpu_mem_bytes", "cpu_percent", "rss_bytes", "stalled", "stall_reason", "stalls", "processes", "num_restarts",
+              "gpu_power_w", "gpu_mem_peak_bytes", "rss_peak_bytes", "gpu_mem_growth_bytes_per_min",
+              "rss_growth_bytes_per_min"}
+NODE_KEYS = {"node_id", "ip", "hostname", "cpu_percent", "mem_used_bytes", "mem_total_bytes", "gpus",
+             "object_store_used_bytes", "object_store_total_bytes", "object_store_spilled_bytes"}
 
 
 def run(*args, env=None, timeout=60):
@@ -27,10 +31,12 @@ def test_snapshot_json_contract(replay):
     p = run("--address", replay.url, "snapshot", "--json", "--no-local")
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
-    assert set(doc) == {"taken_at", "source", "nodes", "actors", "phase", "orphans", "pending"}
+    assert set(doc) == {"taken_at", "source", "nodes", "actors", "phase", "orphans", "pending", "steps"}
     assert doc["orphans"] is None  # --no-local and no probe: no node's processes were read
     assert set(doc["source"]) == {"address", "age_s", "errors"}
     assert doc["pending"] == [] and doc["source"]["errors"] == []
+    assert all(set(n) == NODE_KEYS for n in doc["nodes"])
+    assert isinstance(doc["steps"], list)
     assert doc["phase"] == "update_actor"
     for a in doc["actors"]:
         assert set(a) == ACTOR_KEYS

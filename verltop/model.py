@@ -13,7 +13,9 @@ from typing import Any, NamedTuple
 from verltop import fmt
 
 # The verl step phases in step order (the one definition: roles, the header and the timeline use it).
-PHASES = ("gen", "reward", "old_log_prob", "ref", "values", "update_critic", "update_actor", "weight_sync")
+# "other" is the part of a step that no worker-group call covers (driver work: advantages, data loading).
+PHASES = ("gen", "reward", "old_log_prob", "ref", "values", "update_critic", "update_actor", "weight_sync", "save",
+          "other")
 
 # A resource demand or capacity: ``(("CPU", 10.0), ("GPU", 1.0))``, names as Ray spells them, sorted.
 Resources = tuple[tuple[str, float], ...]
@@ -135,6 +137,7 @@ class Gpu:
     uuid: str | None = None
     # pid -> (gpu memory bytes or None, sm util percent or None)
     processes: tuple[tuple[int, int | None, float | None], ...] = ()
+    power_w: float | None = None  # board power draw (NVML, or the dashboard's powerMw)
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +185,10 @@ class Node:
     # age of the node agent's own data (its `now` field), seconds; None when unknown
     stats_age_s: float | None = None
     procs: tuple[ProcStat, ...] = ()
+    # Ray's object store on the node (raylet stats, refreshed every 15 s); spilled is cumulative
+    object_store_used_bytes: int | None = None
+    object_store_total_bytes: int | None = None
+    object_store_spilled_bytes: int | None = None
     resources_total: Resources = ()  # logical resources (CPU, GPU, memory, custom), from /api/v0/nodes
 
 
@@ -312,6 +319,13 @@ class ActorRow:
     processes_read_at: float | None = None
     death_text: str | None = None  # Ray's whole death cause (death_cause is its first line)
     num_restarts: int | None = None
+    gpu_power_w: float | None = None
+    # memory forensics (analysis/trends.py): high-water marks since first seen, growth over the trend ring
+    gpu_mem_peak_bytes: int | None = None
+    rss_peak_bytes: int | None = None
+    gpu_mem_growth_bytes_per_min: float | None = None
+    rss_growth_bytes_per_min: float | None = None
+    trend: str | None = None  # a sparkline of the actor's memory (GPU memory if it has a GPU, else RSS)
 
     def running_s(self, now: float) -> float | None:
         """Task age at ``now`` (the table ticks every second between snapshots)."""
@@ -351,6 +365,12 @@ class ActorRow:
             "stall_reason": self.stall_reason,
             "stalls": [st.to_json() for st in self.stalls],
             "processes": None if self.processes_read_at is None else [p.to_json() for p in self.processes],
+            "num_restarts": self.num_restarts,
+            "gpu_power_w": self.gpu_power_w,
+            "gpu_mem_peak_bytes": self.gpu_mem_peak_bytes,
+            "rss_peak_bytes": self.rss_peak_bytes,
+            "gpu_mem_growth_bytes_per_min": _round(self.gpu_mem_growth_bytes_per_min),
+            "rss_growth_bytes_per_min": _round(self.rss_growth_bytes_per_min),
         }
 
 
@@ -502,6 +522,8 @@ class Snapshot:
     # processes were read
     orphans: tuple[ProcRow, ...] | None = None
     pending: tuple[PendingItem, ...] = ()  # placement groups, actors and tasks Ray has not placed yet
+    steps: tuple[Step, ...] = ()  # the last training steps, oldest first; the last may be running
+    work: tuple[GroupWork, ...] = ()  # pending and retried tasks per worker group
 
     @property
     def age_s(self) -> float | None:
@@ -525,6 +547,7 @@ class Snapshot:
             "phase": self.phase,
             "orphans": None if self.orphans is None else [o.orphan_json() for o in self.orphans],
             "pending": [p.to_json() for p in self.pending],
+            "steps": [st.to_json() for st in self.steps],
         }
 
 
@@ -543,9 +566,13 @@ def node_json(n: Node) -> dict[str, Any]:
                 "util_percent": g.util_percent,
                 "mem_used_bytes": g.mem_used_bytes,
                 "mem_total_bytes": g.mem_total_bytes,
+                "power_w": g.power_w,
             }
             for g in n.gpus
         ],
+        "object_store_used_bytes": n.object_store_used_bytes,
+        "object_store_total_bytes": n.object_store_total_bytes,
+        "object_store_spilled_bytes": n.object_store_spilled_bytes,
     }
 
 
@@ -818,6 +845,71 @@ class FrRank:
     last_enqueued: int | None
     last_completed: int | None
     entries: tuple[FrEntry, ...]
+
+
+# ---------------------------------------------------------------- steps (the timeline)
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseRun:
+    """One phase of one step: a worker-group call (every rank's run of one method), or several calls of the
+    same phase. ``skew_s`` is the arrival skew across ranks: from the first rank to finish to the last (to
+    ``now`` while some ranks finished and others still run); ``late_rank`` is the last one (or the one still
+    running)."""
+
+    phase: str
+    group: str
+    method: str
+    start_s: float
+    end_s: float | None  # None while running
+    ranks: int  # runs seen (one per rank)
+    running: int = 0  # of them still running
+    skew_s: float | None = None
+    late_rank: int | None = None
+    late_actor_id: str | None = None
+    exact: bool = False  # times from Ray's task events, not from what the polls saw
+
+    def duration_s(self, now: float) -> float:
+        return max(0.0, (self.end_s if self.end_s is not None else now) - self.start_s)
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One training step: its phases in the order they began. ``duration_s`` is None while it runs (its
+    length so far is ``now - started_at``). ``phases`` and ``skew_s`` hold a value for every phase of
+    ``PHASES`` that ran in the step (seconds covered, overlaps counted once; ``other``: the rest)."""
+
+    index: int
+    started_at: float
+    duration_s: float | None
+    runs: tuple[PhaseRun, ...]
+    phases: tuple[tuple[str, float], ...]
+    skew_s: tuple[tuple[str, float], ...] = ()
+    exact: bool = False  # every run's times came from Ray's task events
+
+    @property
+    def running(self) -> bool:
+        return self.duration_s is None
+
+    def phase_s(self, phase: str) -> float | None:
+        return next((v for k, v in self.phases if k == phase), None)
+
+    def to_json(self) -> dict[str, Any]:
+        ph, sk = dict(self.phases), dict(self.skew_s)
+        return {"index": self.index, "started_at": round(self.started_at, 3), "duration_s": _round(self.duration_s),
+                "phases": {p: _round(ph.get(p)) for p in PHASES},
+                "skew_s": {p: _round(sk.get(p)) for p in PHASES if p != "other"}}
+
+
+@dataclass(frozen=True, slots=True)
+class GroupWork:
+    """Work waiting in a worker group: pending tasks (submitted, not running yet) and retries (attempts past
+    the first, running, pending or failed), and the actors that restarted."""
+
+    group: str
+    pending: int = 0
+    retries: int = 0
+    restarts: int = 0  # sum of num_restarts over its actors
 
 
 # ---------------------------------------------------------------- doctor (pre-flight checks, one column per node)

@@ -24,6 +24,8 @@ def snapshot_text(s: Snapshot) -> str:
     nodes = f"{len(s.nodes) - dead} ({dead} dead)" if dead else str(len(s.nodes))
     head = [f"verltop @ {s.address}  nodes {nodes}  GPUs {gpus}  actors {len(s.actors)}  "
             f"phase {s.phase or '-'}  last progress {fmt.age(s.progress_s)} ago"]
+    if s.steps:
+        head.append(steps_text(s))
     for e in s.errors:
         head.append(f"WARNING: {e}")
     if s.truncated:
@@ -63,6 +65,23 @@ def pending_text(s: Snapshot) -> list[str]:
 def _proc_cells(c: ProcRow, label: str, node: str) -> list[str]:
     return ["", label, "", node, str(c.pid), "-" if c.gpu_index is None else str(c.gpu_index), "",
             fmt.size(c.gpu_mem_bytes), fmt.pct(c.cpu_percent), fmt.size(c.rss_bytes), "", "", "", ""]
+
+
+def steps_text(s: Snapshot) -> str:
+    """``step 12 (10.2s/step): gen 3.1s  reward 0.5s  …`` for the last finished step, and the running one."""
+    from verltop.analysis.steps import median_step_s
+
+    med = median_step_s(s.steps)
+    done = [st for st in s.steps if st.duration_s is not None]
+    out = f"step {s.steps[-1].index}" + (f" ({fmt.duration(med)}/step)" if med is not None else "")
+    if done:
+        last = done[-1]
+        out += f"; step {last.index} took {fmt.duration(last.duration_s)}: " + "  ".join(
+            f"{p} {fmt.duration(v)}" for p, v in last.phases)
+        worst = max(last.skew_s, key=lambda kv: kv[1], default=None)
+        if worst is not None and worst[1] >= 1.0:
+            out += f"; last rank of {worst[0]} {fmt.duration(worst[1])} after the first"
+    return out
 
 
 def dump_text(r: DumpReport) -> str:

@@ -102,7 +102,7 @@ async def test_tui_shows_the_tree_under_the_server(demo):
         assert [t.cells(k)["role"] for k in kids] == ["└ EngineCore_DP0", "  ├ Worker_TP0", "  └ Worker_TP1"]
         assert all(t.cells(k)["pid"] == str(p.pid) for k, p in zip(kids, srv.processes, strict=True))
         t.move_cursor(i)
-        await pilot.press("t")
+        await pilot.press("c")
         assert not set(kids) & set(t.keys) and t.cells(srv.actor_id)["role"].startswith("▸")
 
 

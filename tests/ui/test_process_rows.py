@@ -108,10 +108,10 @@ async def test_tree_rows_open_close_and_remote_read(cluster_snapshot):
         assert rows[0]["task"] == "" and rows[0]["why"] == ""
         # `t` on a child row closes the tree and puts the cursor on its actor
         t.move_cursor(t.keys.index(kids[2]))
-        await pilot.press("t")
+        await pilot.press("c")
         assert not set(kids) & set(t.keys) and t.selected_key() == "srv"
         assert t.cells("srv")["role"] == "▸ rollout_server"
-        await pilot.press("t")
+        await pilot.press("c")
         assert t.keys[t.keys.index("srv") + 1 : t.keys.index("srv") + 4] == kids
         # the selection line says what the process is
         t.move_cursor(t.keys.index(kids[2]))
@@ -120,12 +120,12 @@ async def test_tree_rows_open_close_and_remote_read(cluster_snapshot):
         assert "VLLM::Worker_TP1" in line and f"under vllm_server_0_0 (pid {root})" in line
         # the other node's server was not read: `t` asks the engine to read that node
         t.move_cursor(t.keys.index("sgl"))
-        await pilot.press("t")
+        await pilot.press("c")
         assert eng.asked == [["n2"]]
         assert "through a probe" in str(app.screen.query_one("#message").render())
         # a group row opens or closes every tree of its group
         t.move_cursor(t.keys.index("grp:group:rollout_server"))
-        await pilot.press("t")
+        await pilot.press("c")
         assert not set(kids) & set(t.keys)
 
 

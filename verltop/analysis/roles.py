@@ -71,6 +71,7 @@ _PHASE_OF_METHOD = {
     "update_weights": "weight_sync",
     "sync_weights": "weight_sync",
     "sync": "weight_sync",
+    "save_checkpoint": "save",
 }
 
 

@@ -197,6 +197,7 @@ def build_snapshot(
             processes_read_at=att.read_at if att else None,
             death_text=a.death_text,
             num_restarts=a.num_restarts,
+            gpu_power_w=gpu.power_w if gpu else None,
         )
         startup = None if alive and not a.num_restarts else startup_stall(
             a, pending_actor.get(a.actor_id), data.pending, now, cfg.pending_after_s, cfg.startup_after_s,

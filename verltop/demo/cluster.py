@@ -48,6 +48,7 @@ HUNG_FILE = "hung"
 RELEASE_FILE = "release"
 PIDS_DIR = "pids"
 PROGRESS_FILE = "progress.json"
+PHASE_LOG = "phases.jsonl"
 PROFILING_ENV = "RAY_DASHBOARD_ENABLE_PROFILING"
 
 log = logging.getLogger(__name__)
@@ -67,9 +68,10 @@ class DemoHandle:
 
     def request_hang(self, target: str = "rank") -> None:
         """Ask the controller for a hang (no Ray needed): ``rank`` (the configured trainer rank, in the next
-        ``update_actor``), ``tp1`` (TP worker 1 of ``vllm_server_0_0``, in ``_load_weights_bucket`` at the
-        next weight sync) or ``sandbox`` (a sandbox child of ``reward_loop_worker_0`` that never returns, in
-        the next generation)."""
+        ``update_actor``), ``late`` (that rank stops after its last collective: its peers finish and it
+        arrives late), ``tp1`` (TP worker 1 of ``vllm_server_0_0``, in ``_load_weights_bucket`` at the next
+        weight sync) or ``sandbox`` (a sandbox child of ``reward_loop_worker_0`` that never returns, in the
+        next generation)."""
         if target not in HANG_TARGETS:
             raise ValueError(f"unknown hang target {target!r} (one of {', '.join(HANG_TARGETS)})")
         Path(self.hang_file).write_text(json.dumps({"target": target, "time": time.time()}))
@@ -97,6 +99,16 @@ class DemoHandle:
             return json.loads(Path(self.state_dir, PROGRESS_FILE).read_text())
         except (OSError, ValueError):
             return {}
+
+    def phase_log(self) -> list[dict[str, Any]]:
+        """The controller's own clock: ``{"step", "phase", "time"}`` as each phase began (``done`` ends a
+        step; ``adv`` runs in the controller), oldest first."""
+        out = []
+        with contextlib.suppress(OSError):
+            for line in Path(self.state_dir, PHASE_LOG).read_text().splitlines():
+                with contextlib.suppress(ValueError):
+                    out.append(json.loads(line))
+        return out
 
     def worker_pids(self) -> dict[int, dict[str, Any]]:
         """pid -> {"role", "rank"} for the TaskRunner, every WorkerDict process (colocated roles share a pid;

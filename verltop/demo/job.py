@@ -19,7 +19,8 @@ trainer's ranks, then the server's TP workers load the new weights).
 
 Hang requests arrive as a flag file (``config["hang_file"]``, JSON ``{"target"}``), so the requester never
 needs Ray. Targets: ``rank`` (rank ``hang_rank`` of the trainer stops before its gradient all-reduce in
-``update_actor``), ``tp1`` (TP worker 1 of the rollout server stops inside ``_load_weights_bucket`` at the
+``update_actor``), ``late`` (that rank stops after its last collective: its peers finish, it arrives
+late), ``tp1`` (TP worker 1 of the rollout server stops inside ``_load_weights_bucket`` at the
 weight sync), ``sandbox`` (one sandbox child of the reward loop never returns, during generation). The
 controller looks for the file before each step and before the points where a target fires, and deletes it
 when it takes it (one request = one hang).
@@ -39,7 +40,8 @@ import ray
 # One CPU like verl's TaskRunner; the worker pools reserve 8 more CPUs in placement groups.
 TASK_RUNNER_CPUS = 1
 PROGRESS_FILE = "progress.json"
-HANG_TARGETS = ("rank", "tp1", "sandbox")
+PHASE_LOG = "phases.jsonl"  # one line per phase as it begins: the job's own timing, for comparisons
+HANG_TARGETS = ("rank", "late", "tp1", "sandbox")
 AGENT_LOOP_WORKERS = 2
 PROMPTS_PER_WORKER = 4
 
@@ -139,11 +141,12 @@ class TaskRunner:
             self._progress(step, "update_critic")
             critic.update_critic(step=step)
             pending = pending or self._take_hang_request(step)
-            hang_now = pending == "rank"
+            hang_now = pending in ("rank", "late")
             self._progress(step, "update_actor", hanging=hang_now)
+            late = pending == "late"
             pending = None if hang_now else pending
             # While hanging, this ray.get (inside verl's func_generator) never returns.
-            actor.update_actor(step=step, hang_rank=hang_rank if hang_now else -1)
+            actor.update_actor(step=step, hang_rank=hang_rank if hang_now else -1, hang_late=late)
             self._progress(step, "update_weights")
             actor.update_weights(step=step)
             pending = pending or self._take_hang_request(step)
@@ -187,8 +190,10 @@ class TaskRunner:
         time.sleep(random.Random(f"adv:{step}").uniform(0.1, 0.3))
 
     def _progress(self, step: int, phase: str, hanging: bool = False) -> None:
-        _write_json(self.state_dir / PROGRESS_FILE,
-                    {"step": step, "phase": phase, "hanging": hanging, "time": time.time()})
+        now = time.time()
+        _write_json(self.state_dir / PROGRESS_FILE, {"step": step, "phase": phase, "hanging": hanging, "time": now})
+        with open(self.state_dir / PHASE_LOG, "a") as f:
+            f.write(json.dumps({"step": step, "phase": phase, "time": now}) + "\n")
 
     def _record_pid(self) -> None:
         from verltop.demo.workers import PIDS_DIR

@@ -165,18 +165,21 @@ class ActorRolloutWorker(_DemoRole):
         return {"rank": self.rank, "entropy": self._metric_all_reduce(float(loss))}
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def update_actor(self, step: int, hang_rank: int = -1) -> dict[str, Any]:
+    def update_actor(self, step: int, hang_rank: int = -1, hang_late: bool = False) -> dict[str, Any]:
         assert self.optim is not None
         per_mb = self._duration("update_actor", step) / MICRO_BATCHES
         for mb in range(MICRO_BATCHES):
             self.optim.zero_grad()
             self._compute(per_mb, duty=0.15)
-            if self.rank == hang_rank and mb == HANG_MICRO_BATCH:
+            if self.rank == hang_rank and mb == HANG_MICRO_BATCH and not hang_late:
                 _stuck_rollout(self.state_dir, step=step, rank=self.rank)
             grads = self._flat_grads()
             dist.all_reduce(grads)  # the data-parallel gradient sync the peers wait in
             self.optim.step()
-        return {"rank": self.rank, "pg_loss": self._metric_all_reduce(0.1)}
+        loss = self._metric_all_reduce(0.1)
+        if self.rank == hang_rank and hang_late:  # after the last collective: its peers finish, it is late
+            _stuck_rollout(self.state_dir, step=step, rank=self.rank)
+        return {"rank": self.rank, "pg_loss": loss}
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def update_weights(self, step: int) -> dict[str, Any]:

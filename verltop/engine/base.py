@@ -6,7 +6,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from verltop.model import DumpReport, Problem, Snapshot
 
@@ -104,6 +104,10 @@ class Engine(ABC):
     def dump(self, snap: Snapshot, group: str | None, opts: DumpOptions,
              on_progress: ProgressFn | None = None) -> DumpJob:
         """A dump of ``group`` (every verl rank and the controller when ``None``), ready to ``run()``."""
+
+    def trend(self, actor_id: str, now: float | None = None) -> Any:
+        """The actor's trend rings (``analysis.trends.Trend``: GPU util, GPU memory, RSS, power), if kept."""
+        return None
 
     @abstractmethod
     async def log_tail(self, actor_id: str, stream: str = "err", lines: int = 200) -> tuple[str | None, Problem | None]:

@@ -26,6 +26,7 @@ from verltop.engine.doctor import DoctorJob
 from verltop.engine.doctor import ProgressFn as DoctorProgressFn
 from verltop.engine.dumps import DumpJob, DumpProgress, ProgressFn
 from verltop.engine.pending import PendingWatch
+from verltop.engine.timeline import Timeline, TrendStore, Work
 from verltop.engine.trees import RemoteTrees
 from verltop.model import (
     ActorRow,
@@ -63,6 +64,7 @@ class Intervals:
     local_s: float = 1.0
     timeout_s: float = 10.0
     max_node_details: int = 8  # remote /nodes/{id} calls per cycle
+    waiting_s: float = 5.0  # tasks waiting to run (per group, with retries)
     # process trees of other nodes (through a probe): only nodes asked about, while on screen
     trees_s: float = 10.0
 
@@ -113,6 +115,7 @@ class Monitor(Engine):
         transport: str = "aiohttp",
         clock: Callable[[], float] = time.time,
         ras_addrs: tuple[str, ...] = (),
+        timeline: bool = True,
     ) -> None:
         super().__init__(clock)
         self.endpoint = endpoint
@@ -154,6 +157,10 @@ class Monitor(Engine):
         self.ras_addrs = ras_addrs  # NCCL RAS addresses given by the user (else from the ranks' runtime env)
         self.ras: RasReport | None = None
         self.ras_problems: list[Problem] = []
+        self.timeline = Timeline(self.client, self.iv.timeout_s, enabled=timeline)
+        self.trends = TrendStore()
+        self.work = Work()
+        self.waiting: list[RawTask] = []  # tasks submitted and not running (per-group counts)
 
     # ---------------------------------------------------------- Engine
 
@@ -193,6 +200,7 @@ class Monitor(Engine):
             (self._poll_tasks, lambda: self.iv.tasks_s, self.src.tasks),
             (self._poll_nodes, lambda: self.iv.nodes_s, self.src.nodes),
             (self._poll_node_details, lambda: self.iv.node_detail_s, None),
+            (self._poll_waiting, lambda: self.iv.waiting_s, None),
             (self._poll_roles, lambda: ROLES_EVERY_S, None),
             (self._poll_trees, lambda: min(2.0, self.iv.trees_s), None),
             (self._poll_pending, lambda: self.iv.actors_s, self.pending.state),  # it decides when to read
@@ -202,7 +210,7 @@ class Monitor(Engine):
             loop_specs.append((self._poll_ras, lambda: self.iv.tasks_s, None))
         for fn, iv, st in loop_specs:
             self._tasks.append(asyncio.create_task(self._loop(fn, iv, st), name=f"verltop-{fn.__name__}"))
-        self._tasks.append(asyncio.create_task(self._guarded(self._seed_history, self.src.tasks)))
+        self._tasks.append(asyncio.create_task(self._seed_with_retries()))
         self._tasks.append(asyncio.create_task(self._publisher(), name="verltop-publisher"))
 
     async def stop(self) -> None:
@@ -212,6 +220,7 @@ class Monitor(Engine):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         self._tasks.clear()
+        await self.timeline.stop()
         await self.remote.close()
         await self.client.close()
         if self.sampler and self.sampler.nvml_open:
@@ -359,7 +368,8 @@ class Monitor(Engine):
         can run NCCL (a one-shot command has no earlier snapshot to tell whether something looks stalled).
         ``remote_processes``: the process trees of every other node with actors too, through a probe
         (imports ray)."""
-        jobs = [self._poll_actors(), self._poll_tasks(), self._poll_nodes(), self._poll_pending(force=True)]
+        jobs = [self._poll_actors(), self._poll_tasks(), self._poll_nodes(), self._poll_pending(force=True),
+                self._poll_waiting()]
         if seed:
             jobs.append(self._seed_history())
         await asyncio.gather(*jobs)
@@ -422,10 +432,22 @@ class Monitor(Engine):
                     self.hist.remember_method(a.actor_id, m)
                 self._dirty.set()
 
+    async def _seed_with_retries(self, tries: int = 3, pause_s: float = 20.0) -> None:
+        """The seed, again if the dashboard did not answer it (it is the one read of finished tasks that
+        names every method the job runs: stall medians and the step timeline start from it)."""
+        for i in range(tries):
+            await self._guarded(self._seed_history, self.src.tasks)
+            if self.seeded:
+                return
+            if i + 1 < tries:
+                await asyncio.sleep(pause_s)
+
     async def _seed_history(self) -> None:
-        r = await D.fetch_finished_tasks(self.client, timeout_s=self.iv.timeout_s)
-        if not r.ok or not r.value:
+        r = await D.fetch_finished_runs(self.client, limit=2000, timeout_s=15.0)
+        if not r.ok or not r.value or not r.value[0]:
             return
+        seed, total = r.value
+        r = replace(r, value=seed)
         # wait for the actor list so methods can be keyed by worker group
         for _ in range(50):
             if self.src.actors.value is not None or self.src.actors.error:
@@ -444,6 +466,11 @@ class Monitor(Engine):
                          t.start_time_ms / 1000, t.end_time_ms / 1000))
         await self._hist_ready()
         self.hist.seed(rows)
+        self.timeline.add_finished(r.value, actors)
+        self.timeline.tracker.estimate_rows((t.name for t in r.value), total)
+        if total is not None and total <= len(seed):  # the whole history: no call of its methods is unseen
+            self.timeline.tracker.new_names.clear()
+        self.work.note(r.value, actors)
         self.seeded = True
         self._dirty.set()
 
@@ -526,6 +553,9 @@ class Monitor(Engine):
         if r.unchanged and not detailed:
             self.src.tasks.value = list(self._task_objs.values())
             self._last_task_poll = r.taken_at
+            await self._hist_ready()
+            self.timeline.tracker.polled(r.taken_at)  # nothing started or ended up to now
+            self.timeline.maybe_refine(self._actor_map, self._hist_ready)  # a step stuck this long?
             return
         rows = r.value or []
         if detailed:
@@ -556,6 +586,23 @@ class Monitor(Engine):
         actors = {a.actor_id: a for a in (self.src.actors.value or [])}
         await self._hist_ready()
         self.hist.observe(running_task_rows(tuple(fixed), actors), r.taken_at, complete=r.truncated is None)
+        self.timeline.observe(fixed, actors, r.taken_at, complete=r.truncated is None)
+        self.work.note(fixed, actors)
+        self.timeline.maybe_refine(self._actor_map, self._hist_ready)
+
+    def _actor_map(self) -> dict[str, RawActor]:
+        return {a.actor_id: a for a in (self.src.actors.value or [])}
+
+    async def _poll_waiting(self) -> None:
+        """Tasks submitted and not yet running (their count per group; retries among them)."""
+        r = await D.fetch_waiting_tasks(self.client, self.iv.timeout_s)
+        if not r.ok:
+            return  # the running-task poll reports the dashboard's problems; this one only adds detail
+        if r.unchanged:
+            return
+        self.waiting = r.value or []
+        self.work.note(self.waiting, self._actor_map())
+        self._dirty.set()
 
     async def _poll_nodes(self) -> None:
         ident, summary = await asyncio.gather(
@@ -577,6 +624,9 @@ class Monitor(Engine):
                 n = Node(node_id=n.node_id, ip=n.ip or s.ip, hostname=s.hostname or n.hostname, state=n.state,
                          is_head=n.is_head, cpu_percent=s.cpu_percent, mem_used_bytes=s.mem_used_bytes,
                          mem_total_bytes=s.mem_total_bytes, gpus=s.gpus, stats_age_s=s.stats_age_s,
+                         object_store_used_bytes=s.object_store_used_bytes,
+                         object_store_total_bytes=s.object_store_total_bytes,
+                         object_store_spilled_bytes=s.object_store_spilled_bytes,
                          resources_total=n.resources_total)
             merged.append(n)
         self._record(self.src.nodes, D.Result(merged, None, ident.taken_at, ident.elapsed_s))
@@ -746,16 +796,28 @@ class Monitor(Engine):
         data = self.data(now)
         self._hist_free.clear()
         try:
-            return await asyncio.to_thread(build_snapshot, data, self.hist, now, self.stall)
+            return await asyncio.to_thread(self._build, data, now)
         finally:
             self._hist_free.set()
+
+    def _build(self, data: ClusterData, now: float) -> Snapshot:
+        """The joined view, with the step timeline, the trends' marks and the pending work."""
+        snap = build_snapshot(data, self.hist, now, self.stall)
+        self.trends.record(snap.actors, now)
+        actors = {a.actor_id: a for a in data.actors}
+        return replace(snap, steps=self.timeline.steps(now, snap.actors),
+                       work=self.work.summary(self.waiting, actors, snap.actors))
+
+    def trend(self, actor_id: str, now: float | None = None) -> Any:
+        """The actor's trend rings (``analysis.trends.Trend``), or None."""
+        return self.trends.trend(actor_id, self.clock() if now is None else now)
 
     async def _hist_ready(self) -> None:
         await self._hist_free.wait()
 
     def snapshot(self, now: float | None = None) -> Snapshot:
         now = now if now is not None else self.clock()
-        return build_snapshot(self.data(now), self.hist, now, self.stall)
+        return self._build(self.data(now), now)
 
     def rows_by_id(self, now: float | None = None) -> dict[str, ActorRow]:
         """The current rows (fresh role names included), for a dump that learnt them while it ran."""
@@ -772,4 +834,11 @@ def _with_detail(n: Node, d: Node) -> Node:
     """A node's identity with the stats of its (fresher) /nodes/{id} read."""
     return replace(n, cpu_percent=d.cpu_percent if d.cpu_percent is not None else n.cpu_percent,
                    mem_used_bytes=d.mem_used_bytes or n.mem_used_bytes, mem_total_bytes=d.mem_total_bytes or n.mem_total_bytes,
-                   gpus=d.gpus or n.gpus, stats_age_s=d.stats_age_s, procs=d.procs)
+                   gpus=d.gpus or n.gpus, stats_age_s=d.stats_age_s, procs=d.procs,
+                   object_store_used_bytes=_first(d.object_store_used_bytes, n.object_store_used_bytes),
+                   object_store_total_bytes=_first(d.object_store_total_bytes, n.object_store_total_bytes),
+                   object_store_spilled_bytes=_first(d.object_store_spilled_bytes, n.object_store_spilled_bytes))
+
+
+def _first(a: int | None, b: int | None) -> int | None:
+    return a if a is not None else b

@@ -24,6 +24,7 @@ from verltop.sources.http import DashboardClient, Reply
 T = TypeVar("T")
 
 LIMIT = reads.LIMIT
+_NOT_WAITING = frozenset({"RUNNING", "FINISHED", "FAILED"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +137,43 @@ async def fetch_jobs(client: DashboardClient, timeout_s: float = 10.0) -> Result
     """Every job's driver: pid and node address."""
     return await _get_parsed(client, *reads.jobs(timeout_s), timeout_s + 2,
                              lambda doc, now: (parse.jobs(doc), None))
+
+
+async def fetch_finished_runs(client: DashboardClient, *, name: str | None = None, actor_id: str | None = None,
+                              task_id: str | None = None, limit: int = LIMIT, timeout_s: float = 10.0
+                              ) -> Result[tuple[list[RawTask], int | None]]:
+    """FINISHED runs with their exact times (detail rows), narrowed by filters Ray applies inside the GCS
+    (task ``name``, ``actor_id``, ``task_id``): ``(rows, how many Ray holds that match)``. Ray cannot filter
+    by time and sorts by task id before cutting at ``limit``, so a name filter returns every run it still
+    holds: the caller keeps such reads small (see analysis/timeline.py)."""
+    kv = [("state", "=", "FINISHED")]
+    if name:
+        kv.append(("name", "=", name))
+    if actor_id:
+        kv.append(("actor_id", "=", actor_id))
+    if task_id:
+        kv.append(("task_id", "=", task_id))
+
+    def p(doc: Any, now: float) -> tuple[Any, str | None]:
+        rows, lr = parse.tasks(doc)
+        # the filters again, here: a proxy or an older dashboard that ignores one must not mix in other runs
+        keep = [t for t in rows if t.state == "FINISHED" and (not name or t.name == name)
+                and (not actor_id or t.actor_id == actor_id) and (not task_id or t.task_id == task_id)]
+        return (keep, lr.total), None
+
+    return await _get_parsed(client, *reads.finished_runs(timeout_s, limit, kv), timeout_s + 2, p)
+
+
+async def fetch_waiting_tasks(client: DashboardClient, timeout_s: float = 10.0) -> Result[list[RawTask]]:
+    """Tasks submitted and not running yet (waiting for arguments, a node, a worker, or their actor's queue),
+    as base rows: the per-group pending counts. Every state filter is applied in the GCS, so this costs what
+    waits, not the history."""
+
+    def p(doc: Any, now: float) -> tuple[Any, str | None]:
+        rows, lr = parse.tasks(doc)
+        return [t for t in rows if t.state not in _NOT_WAITING], _trunc_note("waiting tasks", lr)
+
+    return await _get_parsed(client, *reads.waiting_tasks(timeout_s), timeout_s + 2, p, memo_key="waiting")
 
 
 async def fetch_nodes(client: DashboardClient, timeout_s: float = 10.0) -> Result[list[Node]]:

@@ -229,6 +229,11 @@ class LocalSampler:
                 if inner is not None and inner in wanted:
                     mapped = inner
             out.append((mapped, used, sm.get(pid)))
+        power = None
+        try:
+            power = nv.nvmlDeviceGetPowerUsage(h) / 1000.0  # milliwatts
+        except Exception:  # noqa: BLE001 - not supported on some boards and in MIG mode
+            pass
         uuid = None
         try:
             uuid = nv.nvmlDeviceGetUUID(h)
@@ -236,7 +241,7 @@ class LocalSampler:
         except Exception:  # noqa: BLE001
             pass
         return Gpu(index=i, name=name, util_percent=util, mem_used_bytes=int(mem.used),
-                   mem_total_bytes=int(mem.total), uuid=uuid, processes=tuple(out))
+                   mem_total_bytes=int(mem.total), uuid=uuid, processes=tuple(out), power_w=power)
 
     def sample_tree(self, roots: set[int], gpus: tuple[Gpu, ...] | None = None) -> ProcTree:
         """The descendants of ``roots`` (Ray workers here), and the loose processes: left behind by a root

@@ -338,6 +338,7 @@ def _gpu(g: Any) -> Gpu | None:
         procs.append((pid, int(mem * MIB) if mem is not None else None, _float(p.get("gpuUtilization"))))
     used = _float(g.get("memoryUsed"))
     total = _float(g.get("memoryTotal"))
+    power_mw = _float(g.get("powerMw"))
     return Gpu(
         index=idx,
         name=_str(g.get("name")),
@@ -346,7 +347,32 @@ def _gpu(g: Any) -> Gpu | None:
         mem_total_bytes=int(total * MIB) if total is not None else None,
         uuid=_str(g.get("uuid")),
         processes=tuple(procs),
+        power_w=power_mw / 1000.0 if power_mw is not None and power_mw >= 0 else None,
     )
+
+
+def object_store(raylet: dict[str, Any]) -> tuple[int | None, int | None, int | None]:
+    """``(used, total, spilled)`` bytes of a node's object store from its raylet stats.
+
+    Ray 2.60: ``objectStoreUsedMemory`` and ``objectStoreAvailableMemory`` (= capacity - used) are ints;
+    ``storeStats`` holds int64s as strings and omits zero fields (``spilledBytesTotal`` is absent until the
+    first spill, and cumulative after). In the first ~15 s of a raylet there is no ``storeStats`` and both
+    memory fields read 0: unknown, not empty.
+    """
+    stats = raylet.get("storeStats")
+    used = _int(raylet.get("objectStoreUsedMemory"))
+    avail = _int(raylet.get("objectStoreAvailableMemory"))
+    total = _int(_dict(raylet.get("resourcesTotal")).get("objectStoreMemory"))
+    if not isinstance(stats, dict):
+        if not used and not avail:
+            return None, total or None, None
+        return used, total or ((used or 0) + (avail or 0)) or None, None
+    if used is None:
+        used = _int(stats.get("objectStoreBytesUsed")) or 0
+    if not total:
+        # storeStats' objectStoreBytesAvail is the capacity, despite its name
+        total = _int(stats.get("objectStoreBytesAvail")) or ((used + avail) if avail is not None else None)
+    return used, total or None, _int(stats.get("spilledBytesTotal")) or 0
 
 
 def _procs(workers: Any) -> tuple[ProcStat, ...]:
@@ -382,6 +408,7 @@ def node_stats(d: Any, now: float | None = None) -> Node | None:
     used = _int(mem[3]) if len(mem) > 3 else (total - avail if total is not None and avail is not None else None)
     agent_now = _float(d.get("now"))
     age = max(0.0, now - agent_now) if now is not None and agent_now is not None else None
+    store_used, store_total, spilled = object_store(raylet)
     return Node(
         node_id=nid,
         ip=_str(d.get("ip")) or _str(raylet.get("nodeManagerAddress")),
@@ -394,6 +421,9 @@ def node_stats(d: Any, now: float | None = None) -> Node | None:
         gpus=tuple(g for g in (_gpu(x) for x in _list(d.get("gpus"))) if g is not None),
         stats_age_s=age,
         procs=_procs(d.get("workers")),
+        object_store_used_bytes=store_used,
+        object_store_total_bytes=store_total,
+        object_store_spilled_bytes=spilled,
     )
 
 

@@ -59,3 +59,14 @@ def unplaced_placement_groups(timeout_s: float) -> Read:
 
 def pending_tasks(timeout_s: float, limit: int = 500) -> Read:
     return "/api/v0/tasks", list_params(timeout_s, True, limit) + filters(("state", "=", "PENDING_NODE_ASSIGNMENT"))
+
+
+def finished_runs(timeout_s: float, limit: int, kv: list[tuple[str, str, str]]) -> Read:
+    """FINISHED runs with exact times, narrowed by ``kv`` filters (name, actor_id, task_id): the timeline."""
+    return "/api/v0/tasks", list_params(timeout_s, True, limit) + filters(*kv)
+
+
+def waiting_tasks(timeout_s: float) -> Read:
+    """Tasks submitted and not running, finished or failed: waiting for arguments, a node or their actor."""
+    return "/api/v0/tasks", list_params(timeout_s, False) + filters(
+        ("state", "!=", "RUNNING"), ("state", "!=", "FINISHED"), ("state", "!=", "FAILED"))

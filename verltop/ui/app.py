@@ -73,6 +73,9 @@ class VerltopApp(App):
             rows = {id(m): await asyncio.to_thread(m.table_rows, snap) for m in mains}
             for m in mains:
                 m.show_snapshot(snap, rows[id(m)])
+            for other in self.screen_stack:  # the step timeline and other views of the snapshot
+                if not isinstance(other, MainScreen) and hasattr(other, "show_snapshot"):
+                    other.show_snapshot(snap)
             self.snapshot = snap  # what is on screen now
             self.last_layout_ms = (time.perf_counter() - t0) * 1000
             self.snapshots_shown += 1
@@ -91,7 +94,7 @@ class VerltopApp(App):
         from verltop.ui.screens.main import MainScreen
 
         for screen in self.screen_stack:
-            if isinstance(screen, MainScreen):
+            if isinstance(screen, MainScreen) or hasattr(screen, "tick"):
                 screen.tick(self.clock())
 
     async def on_unmount(self) -> None:

@@ -16,7 +16,10 @@ MAIN = [
             id="dump-all"),
     Binding("slash", "filter", "Filter", key_display="/", tooltip="filter rows (regex over role, group, name, "
             "node, task, state, stall reason; !regex inverts)", id="filter"),
-    Binding("s", "sort", "Sort", tooltip="sort within groups: rank → GPU → CPU → memory → task age", id="sort"),
+    Binding("t", "timeline", "Timeline", tooltip="the last training steps: each phase's time and how late the "
+            "last rank arrived", id="timeline"),
+    Binding("s", "sort", "Sort", tooltip="sort within groups: rank → GPU → CPU → memory → task age → memory "
+            "growth", id="sort"),
     Binding("g", "group", "Group", tooltip="group rows by worker group → role → node", id="group"),
     Binding("p", "pause", "Pause", tooltip="freeze the display (polling goes on)", id="pause"),
     Binding("n", "nodes", "Nodes", show=False, tooltip="every node side by side: versions, GPUs, NCCL "
@@ -25,10 +28,13 @@ MAIN = [
     Binding("j", "cursor_down", "Down", show=False, tooltip="move down", id="down"),
     Binding("k", "cursor_up", "Up", show=False, tooltip="move up", id="up"),
     Binding("escape", "clear_filter", "Clear filter", show=False, tooltip="clear the filter", id="clear-filter"),
-    Binding("t", "toggle_tree", "Processes", show=False, tooltip="show / hide the child processes of the "
+    Binding("c", "toggle_tree", "Processes", show=False, tooltip="show / hide the child processes of the "
             "selected actor or group (other nodes: read through a probe)", id="toggle-tree"),
     Binding("H", "inject_hang", "Hang (demo)", show=False, key_display="H",
             tooltip="(verltop demo only) make one rank hang now", id="inject-hang"),
+    Binding("L", "inject_late", "Late rank (demo)", show=False, key_display="L",
+            tooltip="(verltop demo only) make one rank finish update_actor late: its peers finish, the skew "
+            "grows on the timeline (t)", id="inject-late"),
     Binding("T", "inject_tp_hang", "TP hang (demo)", show=False, key_display="T",
             tooltip="(verltop demo only) make TP worker 1 of the rollout server hang while it loads weights",
             id="inject-tp-hang"),
@@ -93,6 +99,16 @@ DETAILS = [
     Binding("q", "app.pop_screen", "Back", show=False, tooltip="back", id="back-q"),
 ]
 
+TIMELINE = [
+    Binding("escape", "app.pop_screen", "Back", tooltip="back", id="back"),
+    Binding("j", "down", "Older/newer", show=False, tooltip="select the next (newer) step", id="down"),
+    Binding("k", "up", "Older", show=False, tooltip="select the previous (older) step", id="up"),
+    Binding("down", "down", "Newer", show=False, tooltip="select the next (newer) step", id="step-down"),
+    Binding("up", "up", "Older", show=False, tooltip="select the previous (older) step", id="step-up"),
+    Binding("end", "last", "Current", tooltip="follow the current step", id="step-last"),
+    Binding("q", "app.pop_screen", "Back", show=False, tooltip="back", id="back-q"),
+]
+
 PENDING = [
     Binding("escape", "app.pop_screen", "Back", tooltip="back", id="back"),
     Binding("q", "app.pop_screen", "Back", show=False, tooltip="back", id="back-q"),
@@ -117,6 +133,7 @@ SECTIONS = (
     ("Stack screen (after d or D)", STACKS),
     ("A rank's full stack (Enter on the stack screen)", RANK_STACK),
     ("Details (Enter or l on an actor)", DETAILS),
+    ("Step timeline (t)", TIMELINE),
     ("A pending placement group or task (Enter on its line)", PENDING),
     ("Nodes view (n): every node's checks side by side", NODES),
     ("This help", HELP),

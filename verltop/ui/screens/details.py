@@ -10,6 +10,7 @@ from textual.screen import Screen
 from textual.widgets import Static
 
 from verltop import fmt
+from verltop.analysis.trends import Trend, spark
 from verltop.model import ActorRow
 from verltop.ui import keymap
 from verltop.ui.widgets.footer import Footer
@@ -41,6 +42,12 @@ def facts_text(a: ActorRow) -> Text:
     row("GPU", f"#{a.gpu_index}  util {fmt.pct(a.gpu_util_percent)}  mem {fmt.size(a.gpu_mem_bytes)}"
         if a.gpu_index is not None else None)
     row("host", f"CPU {fmt.pct(a.cpu_percent)}  RSS {fmt.size(a.rss_bytes)}")
+    if a.num_restarts:
+        row("restarts", f"{a.num_restarts} (Ray restarted this actor; a climbing count is a restart loop)",
+            "dark_orange")
+    if a.gpu_mem_peak_bytes is not None or a.rss_peak_bytes is not None:
+        row("memory peaks", f"GPU {fmt.size(a.gpu_mem_peak_bytes)}  RSS {fmt.size(a.rss_peak_bytes)}   growth "
+            f"GPU {_rate(a.gpu_mem_growth_bytes_per_min)}  RSS {_rate(a.rss_growth_bytes_per_min)}")
     if a.stalls:
         t.append("stalled because\n", style="bold red")
         for s in a.stalls:
@@ -49,6 +56,60 @@ def facts_text(a: ActorRow) -> Text:
         t.append("\nRay's full death text\n", style="bold")
         t.append(a.death_text.rstrip() + "\n", style="grey70")
     return t
+
+
+def _rate(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return ("+" if v >= 0 else "-") + fmt.size(abs(v)) + "/min"
+
+
+TREND_CELLS = 60
+
+
+def trends_text(tr: Trend | None) -> Text:
+    """The last minutes as sparklines: GPU utilisation, GPU memory, host RSS, GPU power (where known)."""
+    t = Text()
+    t.append("\ntrends", style="bold")
+    if tr is None:
+        t.append("  (none yet: kept from the first snapshot this actor appeared in)\n", style="grey70")
+        return t
+    span = len(tr.rss_mib) * tr.bucket_s
+    t.append(f"  last {fmt.duration(span)}, oldest left\n", style="grey70")
+    for label, series, unit, lo, hi in (("GPU util", tr.gpu_util, "%", 0.0, 100.0),
+                                        ("GPU memory", tr.gpu_mem_mib, "MiB", None, None),
+                                        ("host RSS", tr.rss_mib, "MiB", None, None),
+                                        ("GPU power", tr.power_w, "W", 0.0, None)):
+        cells = _downsample(series, TREND_CELLS)
+        if not any(v is not None for v in cells):
+            continue
+        known = [v for v in series if v is not None]
+        t.append(f"  {label:<12}", style="bold")
+        t.append((spark(cells, lo, hi) or "").ljust(TREND_CELLS), style="cyan")
+        now_v = known[-1]
+        t.append(f"  now {_fmt(now_v, unit)}  min {_fmt(min(known), unit)}  max {_fmt(max(known), unit)}\n",
+                 style="grey70")
+    return t
+
+
+def _downsample(series: tuple[float | None, ...], n: int) -> list[float | None]:
+    """``n`` cells, each the highest value of its share of the series (peaks must not vanish)."""
+    if len(series) <= n:
+        return list(series)
+    per = len(series) / n
+    out: list[float | None] = []
+    for i in range(n):
+        chunk = [v for v in series[int(i * per):int((i + 1) * per)] if v is not None]
+        out.append(max(chunk) if chunk else None)
+    return out
+
+
+def _fmt(v: float, unit: str) -> str:
+    if unit == "MiB":
+        return fmt.size(v * 1024 * 1024)
+    if unit == "%":
+        return fmt.pct(v)
+    return f"{v:.0f} {unit}"
 
 
 class DetailsScreen(Screen):
@@ -62,12 +123,18 @@ class DetailsScreen(Screen):
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="details-box"):
             yield Static(facts_text(self.actor), id="facts")
+            yield Static("", id="trends")
             yield Static("", id="log-title")
             yield Static("loading log…", id="log", markup=False)
         yield Footer()
 
     def on_mount(self) -> None:
         self.action_reload()
+        self.show_trends()
+        self.set_interval(5.0, self.show_trends)
+
+    def show_trends(self) -> None:
+        self.query_one("#trends", Static).update(trends_text(self.app.engine.trend(self.actor.actor_id)))
 
     def action_toggle_stream(self) -> None:
         self.stream = "out" if self.stream == "err" else "err"

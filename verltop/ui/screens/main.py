@@ -107,6 +107,11 @@ class MainScreen(Screen):
 
         self.app.push_screen(HelpScreen())
 
+    def action_timeline(self) -> None:
+        from verltop.ui.screens.timeline import TimelineScreen
+
+        self.app.push_screen(TimelineScreen())
+
     def action_sort(self) -> None:
         self.sort = SORTS[(SORTS.index(self.sort) + 1) % len(SORTS)]
         self.message(f"sort: {self.sort}")
@@ -300,20 +305,27 @@ class MainScreen(Screen):
             self.message(f"could not request the hang: {e}", "error")
             return
         self.message("demo: hang requested — TP worker 1 of vllm_server_0_0 will stop loading weights at the "
-                     "next weight sync (its processes are under the server's row: t opens or closes them)")
+                     "next weight sync (its processes are under the server's row: c opens or closes them)")
+
     def action_nodes(self) -> None:
         from verltop.ui.screens.nodes import NodesScreen
 
         self.app.push_screen(NodesScreen())
 
-    def action_inject_hang(self) -> None:
+    def action_inject_hang(self, kind: str = "rank") -> None:
         demo = self.app.demo
         if demo is None:
-            self.message("H only works in `verltop demo`")
+            self.message(f"{'H' if kind == 'rank' else 'L'} only works in `verltop demo`")
             return
         try:
-            demo.request_hang()
+            demo.request_hang(kind)
         except OSError as e:
             self.message(f"could not request the hang: {e}", "error")
             return
-        self.message("demo: hang requested — one rank will stop at the next update_actor; watch it stall")
+        if kind == "late":
+            self.message("demo: one rank will finish the next update_actor late — t shows its skew growing")
+        else:
+            self.message("demo: hang requested — one rank will stop at the next update_actor; watch it stall")
+
+    def action_inject_late(self) -> None:
+        self.action_inject_hang("late")

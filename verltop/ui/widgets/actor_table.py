@@ -14,7 +14,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from verltop import fmt
-from verltop.model import ActorRow, PendingItem, ProcRow, Snapshot
+from verltop.model import ActorRow, GroupWork, PendingItem, ProcRow, Snapshot
 from verltop.ui import keymap
 from verltop.ui.render import LEVEL_STYLE, bar, level, mem_bar
 from verltop.ui.widgets import pending_rows
@@ -40,6 +40,7 @@ ALL_COLUMNS = (
     Column("gpu_mem", "GPU MEM", 12, "GMEM", 4),
     Column("cpu", "CPU%", 4),
     Column("host_mem", "HOST MEM", 12, "RSS", 4),
+    Column("trend", "MEM 10m", 10),  # GPU memory (else RSS), one cell per minute: a leak is a ramp
     Column("state", "STATE", 5),
     Column("task", "TASK", 20),
     Column("age", "AGE", 6),
@@ -53,6 +54,7 @@ SCROLLBAR = 2
 # How the table gives way on a narrow terminal, first step first: compact bars, narrower text, then whole
 # columns by how little they say when space is short. ROLE, RANK, TASK, AGE and STALLED always stay.
 SHRINK_STEPS: tuple[tuple[str, str | int], ...] = (
+    ("trend", "drop"),
     ("pid", "drop"),
     ("gpu_util", "compact"),
     ("gpu_mem", "compact"),
@@ -119,7 +121,7 @@ def fit_columns(width: int, has_gpu: bool = True, multi_node: bool = True,
 
 
 GROUPINGS = ("group", "role", "node")
-SORTS = ("rank", "gpu", "cpu", "mem", "age")
+SORTS = ("rank", "gpu", "cpu", "mem", "age", "growth")
 
 _STATE_STYLE = {"ALIVE": "green", "DEAD": "grey50", "RESTARTING": "dark_orange", "PENDING_CREATION": "dark_orange",
                 "DEPENDENCIES_UNREADY": "dark_orange"}
@@ -176,7 +178,7 @@ class Row:
                   None if a.gpu_mem_bytes is None else a.gpu_mem_bytes >> 20, a.gpu_mem_total_bytes,
                   None if a.cpu_percent is None else round(a.cpu_percent),
                   None if a.rss_bytes is None else a.rss_bytes >> 20, a.host_mem_total_bytes, a.state, a.task,
-                  a.stalls)
+                  a.stalls, a.trend, a.num_restarts)
         # the age ticks every second; kept apart so the rest of the row is not re-rendered for it
         return (static, _int_age(a, now))
 
@@ -225,8 +227,26 @@ def actor_cell(a: ActorRow, col: Shown, now: float | None = None) -> Text | str:
         return Text(fmt.age(a.running_s(now) if now is not None else a.task_running_s),
                     style="bold red" if a.stalled else "")
     if k == "why":
-        return Text(", ".join(st.tag for st in a.stalls), style="bold red" if a.stalled else "")
+        t = Text(", ".join(st.tag for st in a.stalls), style="bold red" if a.stalled else "")
+        if a.num_restarts:  # a restart loop shows even when nothing is stalled right now
+            t.append(("  " if a.stalls else "") + f"↻ {fmt.plural(a.num_restarts, 'restart')}", style="dark_orange")
+        return t
+    if k == "trend":
+        return Text(a.trend or "", style=_growth_style(a))
     return ""
+
+
+def growth_bytes_per_min(a: ActorRow) -> float | None:
+    """The faster of the actor's GPU-memory and RSS growth (bytes/min over the trend ring)."""
+    gs = [g for g in (a.gpu_mem_growth_bytes_per_min, a.rss_growth_bytes_per_min) if g is not None]
+    return max(gs) if gs else None
+
+
+def _growth_style(a: ActorRow) -> str:
+    g = growth_bytes_per_min(a)
+    if g is None or g < 16 * 2**20:  # under 16 MiB/min: noise of a busy process
+        return "cyan"
+    return "bold red" if g >= 256 * 2**20 else "yellow"
 
 
 def group_of(a: ActorRow, grouping: str) -> str:
@@ -241,10 +261,11 @@ def group_of(a: ActorRow, grouping: str) -> str:
     return a.role
 
 
-def header_text(name: str, members: list[ActorRow], grouping: str) -> Text:
-    """A group row: ``▼ name  roles it hosts  N ranks  S stalled  D dead``."""
+def header_text(name: str, members: list[ActorRow], grouping: str, work: GroupWork | None = None) -> Text:
+    """A group row: ``▼ name  roles it hosts  N ranks  S stalled  D dead  R restarts  P pending  T retries``."""
     stalled = sum(1 for m in members if m.stalled)
     dead = sum(1 for m in members if m.state in ("DEAD", "RESTARTING"))
+    restarts = sum(m.num_restarts or 0 for m in members)
     t = Text("▼ ", style="grey50")
     t.append(name, style="bold cyan")
     if grouping == "group" and members[0].worker_group:
@@ -262,6 +283,13 @@ def header_text(name: str, members: list[ActorRow], grouping: str) -> Text:
         t.append(f"  {stalled} stalled", style="bold red")
     if dead:
         t.append(f"  {dead} dead", style="grey50")
+    if restarts:
+        t.append(f"  ↻ {fmt.plural(restarts, 'restart')}", style="dark_orange")
+    if work is not None:
+        if work.pending:
+            t.append(f"  {work.pending} pending", style="yellow")
+        if work.retries:
+            t.append(f"  {work.retries} {'retry' if work.retries == 1 else 'retries'}", style="dark_orange")
     return t
 
 
@@ -274,6 +302,9 @@ def _sort_value(a: ActorRow, sort: str) -> tuple:
         return (-(a.rss_bytes or -1),)
     if sort == "age":
         return (-(a.task_running_s or -1),)
+    if sort == "growth":
+        g = growth_bytes_per_min(a)
+        return (g is None, -(g or 0.0))
     return ()
 
 
@@ -303,10 +334,11 @@ def layout_rows(snap: Snapshot, grouping: str, sort: str, rx: re.Pattern[str] | 
         shown = [p for p in pending_rows.listed(snap) if pending_rows.matches(p, rx, invert)]
         rows.append(Row(pending_rows.GROUP_KEY, header=pending_rows.header(snap)))
         rows.extend(Row(pending_rows.key_of(p), pending=p) for p in shown)
+    work = {w.group: w for w in snap.work} if grouping == "group" else {}
     for name, members in groups.items():  # snapshot order: controller, groups, others
         if sort != "rank":
             members = sorted(members, key=lambda a: _sort_value(a, sort))
-        rows.append(Row(f"grp:{grouping}:{name}", header=header_text(name, members, grouping)))
+        rows.append(Row(f"grp:{grouping}:{name}", header=header_text(name, members, grouping, work.get(name))))
         for a in members:
             if not a.processes:
                 rows.append(Row(a.actor_id, actor=a))
@@ -688,6 +720,8 @@ def selection_text(a: ActorRow) -> Text:
     if a.rank is not None:
         t.append(f" rank {a.rank}" + (f"/{a.world_size}" if a.world_size else ""), style="bold")
     t.append(f"  {a.actor_name or a.actor_id[:12]}  pid {a.pid or '-'}  {a.task or 'idle'}", style="grey70")
+    if a.num_restarts:
+        t.append(f"  ↻ restarted {a.num_restarts}×", style="dark_orange")
     if a.stalled:
         t.append("  STALLED: ", style="bold red")
         t.append(a.stall_reason or "", style="red")

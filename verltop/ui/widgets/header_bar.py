@@ -75,7 +75,12 @@ def header_items(s: Snapshot | None, paused: bool, problem: Problem | None = Non
     second[0].append_text(bar(sum(cpu_vals) / len(cpu_vals) if cpu_vals else None, 8, "cpu"))
     second[1].append_text(bar(mem_used / mem_total * 100 if mem_total else None, 8, "mem",
                               label=f"{fmt.size(mem_used)}/{fmt.size(mem_total)}" if mem_total else None))
+    store = _object_store(alive_nodes)
+    if store is not None:
+        second.append(store)
     second.append(_item(("phase ", "bold"), (s.phase or "-", "bold magenta" if s.phase else "grey50")))
+    if s.steps:
+        second.append(_step_item(s))
     prog = _item(("last progress ", "bold"))
     if s.progress_s is None:
         prog.append("-", style="grey50")
@@ -95,6 +100,34 @@ def header_items(s: Snapshot | None, paused: bool, problem: Problem | None = Non
     if s.truncated:
         third.append(_item((s.truncated, "yellow")))
     return [row for row in (*replay, first, second, third) if row]
+
+
+def _object_store(nodes: list) -> Text | None:
+    """``OBJ 60.0M/80.0M spilled 60.0M`` over the nodes whose raylet reported its store (from 1 % used)."""
+    known = [n for n in nodes if n.object_store_total_bytes]
+    if not known:
+        return None
+    used = sum(n.object_store_used_bytes or 0 for n in known)
+    total = sum(n.object_store_total_bytes or 0 for n in known)
+    spilled = sum(n.object_store_spilled_bytes or 0 for n in known)
+    if used < total / 100 and not spilled:
+        return None  # an idle store says nothing worth a place in the header
+    t = _item(("OBJ ", "bold"))
+    t.append_text(bar(used / total * 100 if total else None, 6, "mem", label=f"{fmt.size(used)}/{fmt.size(total)}"))
+    if spilled:
+        t.append(f" spilled {fmt.size(spilled)}", style="bold yellow")
+    return t
+
+
+def _step_item(s: Snapshot) -> Text:
+    """``step 123 · 10.2s/step`` (median of the last ten finished steps)."""
+    from verltop.analysis.steps import median_step_s
+
+    med = median_step_s(s.steps)
+    t = _item(("step ", "bold"), (str(s.steps[-1].index), ""))
+    if med is not None:
+        t.append(f" · {fmt.duration(med)}/step", style="cyan")
+    return t
 
 
 def flow(rows: list[list[Text]], width: int, max_lines: int = MAX_LINES) -> Text:

@@ -2,7 +2,7 @@
 children) indented under it, and the orphans' group. Pure functions over the snapshot; the table draws them.
 
 Which trees start open: those whose processes hold GPU memory, and small ones (≤ ``SMALL_TREE`` processes),
-in table order, until ``OPEN_BUDGET`` child rows are open; the rest start closed (``▸``) and open with ``t``.
+in table order, until ``OPEN_BUDGET`` child rows are open; the rest start closed (``▸``) and open with ``c``.
 So a 1,000-actor job whose ranks each have a helper process or two shows its rollout servers' engines open
 and the rest closed, and the table stays about as long as the actor list.
 """

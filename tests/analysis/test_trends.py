@@ -1,0 +1,76 @@
+"""Trend rings, memory high-water marks and growth rates."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.analysis.helpers import row
+from verltop.analysis.trends import BUCKET_S, BUCKETS, MIB, Trends, spark
+
+T0 = 1_800_000_000.0
+
+
+def sample(aid: str = "a1", rss: int | None = None, gpu: int | None = None, util: float | None = None,
+           power: float | None = None, state: str = "ALIVE"):
+    r = row(aid, state=state)
+    r.rss_bytes, r.gpu_mem_bytes, r.gpu_util_percent, r.gpu_power_w = rss, gpu, util, power
+    return r
+
+
+def test_growth_rate_is_the_slope_over_the_ring():
+    tr = Trends()
+    for i in range(300):  # 10 min at 2 s, RSS +4 MiB every 2 s = 120 MiB/min, GPU memory flat
+        r = sample(rss=(2000 + 4 * i) * MIB, gpu=30000 * MIB, util=90.0)
+        tr.record([r], T0 + 2.0 * i)
+    assert r.rss_growth_bytes_per_min == pytest.approx(120 * MIB, rel=0.02)
+    assert r.gpu_mem_growth_bytes_per_min == pytest.approx(0.0, abs=1.0)
+    assert r.rss_peak_bytes == (2000 + 4 * 299) * MIB and r.gpu_mem_peak_bytes == 30000 * MIB
+    assert r.trend is not None and len(r.trend) == 10
+
+
+def test_no_growth_rate_before_a_minute_of_samples():
+    tr = Trends()
+    for i in range(5):
+        r = sample(rss=(1000 + i) * MIB)
+        tr.record([r], T0 + 2.0 * i)
+    assert r.rss_growth_bytes_per_min is None and r.rss_peak_bytes == 1004 * MIB
+
+
+def test_a_gap_holds_the_value_before_it_and_the_ring_stays_bounded():
+    tr = Trends()
+    tr.record([sample(rss=100 * MIB, util=50.0)], T0)
+    r = sample(rss=200 * MIB, util=70.0)
+    tr.record([r], T0 + 60.0)  # nothing changed for a minute: no snapshot was built
+    t = tr.trend("a1", T0 + 60.0)
+    assert len(t.rss_mib) == BUCKETS
+    assert t.rss_mib[-1] == 200 and t.rss_mib[-2] == 100 and t.rss_mib[-12] == 100
+    assert t.rss_mib[0] is None  # older than the actor
+    assert t.gpu_util[-1] == 70 and t.gpu_mem_mib[-1] is None and t.power_w[-1] is None
+    # a day later the ring is still 120 buckets, and only one actor's
+    for i in range(2000):
+        tr.record([sample(rss=300 * MIB)], T0 + 60 + BUCKET_S * i)
+    assert len(tr.actors) == 1 and len(tr.actors["a1"].rings["rss"]) == BUCKETS
+    assert tr.trend("a1", T0 + 60 + BUCKET_S * 2000).rss_mib == (300.0,) * BUCKETS
+
+
+def test_a_dead_actor_keeps_its_marks_and_a_gone_one_is_forgotten():
+    tr = Trends()
+    tr.record([sample(rss=900 * MIB, gpu=70000 * MIB)], T0)
+    dead = sample(state="DEAD")
+    tr.record([dead], T0 + 5)
+    assert dead.rss_peak_bytes == 900 * MIB and dead.gpu_mem_peak_bytes == 70000 * MIB
+    tr.record([sample("a2", rss=1)], T0 + 10)
+    assert set(tr.actors) == {"a2"} and tr.trend("a1", T0) is None
+
+
+def test_power_is_kept_when_known():
+    tr = Trends()
+    tr.record([sample(util=100.0, power=612.5)], T0)
+    assert tr.trend("a1", T0).power_w[-1] == pytest.approx(612.5)
+
+
+def test_sparkline():
+    assert spark([0, 1, 2, 3, 4, 5, 6, 7]) == "▁▂▃▄▅▆▇█"
+    assert spark([None, 5.0, 5.0]) == " ▅▅"  # flat: mid-height, not a wall
+    assert spark([100.0, 100.5]) is not None and spark([None]) is None
+    assert spark([0.0, 50.0], lo=0.0, hi=100.0) == "▁▅"

@@ -1,0 +1,217 @@
+"""Per-actor trends: a bounded ring of GPU utilisation, GPU memory, host RSS and GPU power, with memory
+high-water marks and growth rates. Pure (the caller passes the time); fed with each snapshot's rows.
+
+An actor is sampled once per bucket (``BUCKET_S``: the node agents report every 5 s anyway); a bucket with
+no sample (no snapshot was built: nothing changed) reads as the value before it. Growth is the least-squares
+slope over the samples in the ring, kept as running sums, so a sample costs the same at any ring size and a
+snapshot between buckets only updates the high-water marks. At 1,000 actors: ~3 ms per bucket, ~1 ms per
+snapshot, 3 KB per actor.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from verltop.model import ActorRow
+
+BUCKET_S = 5.0
+BUCKETS = 120  # ten minutes
+SPARK_CELLS = 10  # the table's trend column: one cell per minute
+METRICS = ("gpu_util", "gpu_mem", "rss", "power")
+FITTED = ("gpu_mem", "rss")
+MIB = 1024 * 1024
+NAN = float("nan")
+MIN_GROWTH_SAMPLES = 6  # and a minute apart, before a growth rate means anything
+BARS = "▁▂▃▄▅▆▇█"
+
+
+class _Fit:
+    """Running least-squares sums over (bucket, value) pairs."""
+
+    __slots__ = ("n", "sx", "sxx", "sxy", "sy")
+
+    def __init__(self) -> None:
+        self.n, self.sx, self.sy, self.sxy, self.sxx = 0, 0.0, 0.0, 0.0, 0.0
+
+    def add(self, x: float, y: float, sign: int = 1) -> None:
+        self.n += sign
+        self.sx += sign * x
+        self.sy += sign * y
+        self.sxy += sign * x * y
+        self.sxx += sign * x * x
+
+    def slope(self) -> float | None:
+        d = self.n * self.sxx - self.sx * self.sx
+        if self.n < 2 or d <= 1e-9:
+            return None
+        return (self.n * self.sxy - self.sx * self.sy) / d
+
+
+class ActorTrend:
+    """One actor's ring: slot ``x % BUCKETS`` holds bucket ``x`` (``xs``) and its values (percent, MiB, MiB,
+    watts; NaN = unknown), and its marks."""
+
+    __slots__ = ("first", "fits", "growth", "last", "minute", "offset", "peak_gpu", "peak_rss", "rings", "spark",
+                 "xs")
+
+    def __init__(self, bucket: int, offset: int = 0) -> None:
+        self.first = bucket  # x origin of the fits (keeps the sums small)
+        self.last = bucket - 1  # the newest sampled bucket
+        self.xs = array("q", [-1]) * BUCKETS
+        self.rings = {m: array("f", [NAN]) * BUCKETS for m in METRICS}
+        self.fits = {m: _Fit() for m in FITTED}
+        self.growth: dict[str, float | None] = dict.fromkeys(FITTED)
+        self.peak_gpu: int | None = None
+        self.peak_rss: int | None = None
+        self.spark: str | None = None
+        self.minute = -1
+        self.offset = offset  # actors redraw their sparkline at different buckets, not all in one snapshot
+
+    def series(self, metric: str, now_bucket: int | None = None) -> list[float | None]:
+        """Oldest first, one value per bucket of the ring ending at ``now_bucket``; a bucket without a sample
+        holds the value before it (None: unknown)."""
+        ring, xs = self.rings[metric], self.xs
+        end = self.last if now_bucket is None else max(self.last, now_bucket)
+        out: list[float | None] = []
+        hold: float | None = None
+        for x in range(end - BUCKETS + 1, end + 1):
+            i = x % BUCKETS
+            if xs[i] == x:
+                v = ring[i]
+                hold = None if math.isnan(v) else float(v)
+            out.append(hold)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Trend:
+    """What the details screen draws: each metric's ring, oldest first (None = unknown)."""
+
+    bucket_s: float
+    gpu_util: tuple[float | None, ...]
+    gpu_mem_mib: tuple[float | None, ...]
+    rss_mib: tuple[float | None, ...]
+    power_w: tuple[float | None, ...]
+
+
+class Trends:
+    """Every actor's ring. Not thread-safe: the engine serialises calls."""
+
+    def __init__(self) -> None:
+        self.actors: dict[str, ActorTrend] = {}
+
+    def record(self, rows: Iterable[ActorRow], now: float) -> None:
+        """Sample the rows at ``now`` (once per bucket per actor) and write each actor's marks back onto its
+        row (the rows are not published yet)."""
+        b = int(now // BUCKET_S)
+        seen = set()
+        for a in rows:
+            seen.add(a.actor_id)
+            t = self.actors.get(a.actor_id)
+            if a.state == "ALIVE":
+                if t is None:
+                    t = self.actors[a.actor_id] = ActorTrend(b, hash(a.actor_id) % (BUCKETS // SPARK_CELLS))
+                if b > t.last:
+                    _sample(t, b, a)
+                if a.gpu_mem_bytes is not None and (t.peak_gpu is None or a.gpu_mem_bytes > t.peak_gpu):
+                    t.peak_gpu = a.gpu_mem_bytes
+                if a.rss_bytes is not None and (t.peak_rss is None or a.rss_bytes > t.peak_rss):
+                    t.peak_rss = a.rss_bytes
+            if t is not None:  # a dead actor keeps its marks: they say what it reached
+                a.gpu_mem_peak_bytes, a.rss_peak_bytes, a.trend = t.peak_gpu, t.peak_rss, t.spark
+                a.gpu_mem_growth_bytes_per_min, a.rss_growth_bytes_per_min = t.growth["gpu_mem"], t.growth["rss"]
+        if len(seen) != len(self.actors):
+            for aid in [k for k in self.actors if k not in seen]:
+                del self.actors[aid]
+
+    def trend(self, actor_id: str, now: float) -> Trend | None:
+        t = self.actors.get(actor_id)
+        if t is None:
+            return None
+        b = int(now // BUCKET_S)
+        return Trend(BUCKET_S, *(tuple(t.series(m, b)) for m in METRICS))
+
+
+def _sample(t: ActorTrend, b: int, a: ActorRow) -> None:
+    xs, rings, fits = t.xs, t.rings, t.fits
+    # samples that left the window leave the fit (a gap of k buckets checks k slots)
+    for x in range(max(t.first, t.last - BUCKETS + 1), b - BUCKETS + 1):
+        i = x % BUCKETS
+        if xs[i] == x:
+            for m in FITTED:
+                y = rings[m][i]
+                if not math.isnan(y):
+                    fits[m].add(x - t.first, y, -1)
+            xs[i] = -1
+    i = b % BUCKETS
+    if xs[i] >= 0:  # the slot's old sample (inside the window only if b - BUCKETS < it, which cannot be)
+        for m in FITTED:
+            y = rings[m][i]
+            if not math.isnan(y):
+                fits[m].add(xs[i] - t.first, y, -1)
+    xs[i] = b
+    vals = (_val(a.gpu_util_percent), _val(a.gpu_mem_bytes, MIB), _val(a.rss_bytes, MIB), _val(a.gpu_power_w))
+    for m, v in zip(METRICS, vals, strict=True):
+        rings[m][i] = v
+    for m in FITTED:
+        y = rings[m][i]
+        if not math.isnan(y):
+            fits[m].add(b - t.first, y)
+    t.last = b
+    for m in FITTED:
+        t.growth[m] = _growth(t.fits[m])
+    minute = (b + t.offset) // (BUCKETS // SPARK_CELLS)
+    if minute != t.minute:
+        t.minute = minute
+        t.spark = _spark_of(t, b)
+
+
+def _val(v: float | int | None, scale: float = 1.0) -> float:
+    return NAN if v is None else float(v) / scale
+
+
+def _growth(fit: _Fit) -> float | None:
+    if fit.n < MIN_GROWTH_SAMPLES or fit.n * fit.sxx - fit.sx * fit.sx < fit.n * fit.n * 12:  # < ~a minute
+        return None
+    s = fit.slope()
+    return None if s is None else s * MIB * (60.0 / BUCKET_S)
+
+
+def _spark_of(t: ActorTrend, b: int) -> str | None:
+    """The memory sparkline of the table: GPU memory when the actor has some, else RSS; one cell per
+    minute (its highest value), scaled to the window's own range."""
+    metric = "gpu_mem" if any(not math.isnan(v) for v in t.rings["gpu_mem"]) else "rss"
+    s = t.series(metric, b)
+    per = BUCKETS // SPARK_CELLS
+    cells = []
+    for i in range(SPARK_CELLS):
+        chunk = [v for v in s[i * per:(i + 1) * per] if v is not None]
+        cells.append(max(chunk) if chunk else None)
+    return spark(cells)
+
+
+def spark(values: Iterable[float | None], lo: float | None = None, hi: float | None = None) -> str | None:
+    """A sparkline (``▁▂▃▄▅▆▇█``, a space for unknown), scaled to ``[lo, hi]`` or the values' own range
+    (at least 5 % of the top, so noise on a flat line stays flat). None when nothing is known."""
+    vs = list(values)
+    known = [v for v in vs if v is not None]
+    if not known:
+        return None
+    top = max(known) if hi is None else hi
+    bottom = min(known) if lo is None else lo
+    span = max(top - bottom, abs(top) * 0.05, 1e-9)
+    if hi is None and lo is None and top - bottom < span:  # (nearly) flat: draw it mid-height, not as a wall
+        bottom = (top + bottom) / 2 - span / 2
+    elif hi is None:
+        bottom = top - span
+    out = []
+    for v in vs:
+        if v is None:
+            out.append(" ")
+            continue
+        k = int((v - bottom) / span * (len(BARS) - 1) + 0.5)
+        out.append(BARS[max(0, min(len(BARS) - 1, k))])
+    return "".join(out)
