@@ -59,13 +59,13 @@ def main(argv: list[str] | None = None) -> int:
     fd = FakeDashboard(cluster, host=a.host, port=a.port, prewarm=True)
     fd.faults.delay_s = a.delay
     fd.start()
-    s = cluster.summary()
-    print(f"fake Ray {cfg.ray_version} dashboard at {fd.url}  ({s['nodes']} nodes, {s['gpus']} GPUs, "
-          f"{s['actors']} actors, step {s['step_len_s']} s, auth {'token' if a.token else 'disabled'}, "
-          f"profiling {'on' if a.profiling else 'off'})", flush=True)
     killed = False
     last = ""
-    try:
+    try:  # from here on: a Ctrl-C must stop the server's threads, whenever it comes
+        s = cluster.summary()
+        print(f"fake Ray {cfg.ray_version} dashboard at {fd.url}  ({s['nodes']} nodes, {s['gpus']} GPUs, "
+              f"{s['actors']} actors, step {s['step_len_s']} s, auth {'token' if a.token else 'disabled'}, "
+              f"profiling {'on' if a.profiling else 'off'})", flush=True)
         while True:
             time.sleep(1.0)
             if a.kill_rank_at is not None and not killed and cluster.now() >= cluster.created_at + a.kill_rank_at:

@@ -401,6 +401,9 @@ def scenario_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scena
         c.stop()
 
 
+STOPS_ITS_CLUSTER = {"test_cluster_stops_without_strays"}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Modules on a cluster of their own (the scenario cluster, the doctor's...) run before the other modules
     here (the demo's): one cluster at a time on 2 cores. Only whole modules move; the order inside a module is
@@ -414,8 +417,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             cluster_of.setdefault(Path(str(it.path)), name)
     # the modules of one cluster run back to back: the scenario cluster stops after its last user, so a
     # module of another cluster between two of its users would find it stopped
+    # a test that stops its cluster (to check nothing is left behind) goes after every other user of it
     moved = sorted((items[i] for i in here),
-                   key=lambda it: (Path(str(it.path)) not in cluster_of, cluster_of.get(Path(str(it.path)), "")))
+                   key=lambda it: (Path(str(it.path)) not in cluster_of, cluster_of.get(Path(str(it.path)), ""),
+                                   getattr(it, "originalname", it.name) in STOPS_ITS_CLUSTER))
     for i, it in zip(here, moved, strict=True):
         items[i] = it
 

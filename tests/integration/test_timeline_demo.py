@@ -129,7 +129,7 @@ async def test_a_late_rank_shows_as_a_growing_skew(demo):
     mon = Monitor(endpoint(demo), IV, use_local=False)
     mon.start()
     try:
-        demo.request_hang(kind="late")
+        demo.request_hang("late")
         deadline = time.monotonic() + 60
         while not demo.hung():
             assert time.monotonic() < deadline, f"no late hang after 60 s: {demo.progress()}"

@@ -42,7 +42,7 @@ for _mod in ("ray", "torch", "verl"):
         raise ImportError(f"verltop demo needs {_mod}", name=_mod)
 
 HANG_REQUEST_FILE = "hang_request"
-HANG_TARGETS = ("rank", "tp1", "sandbox")  # as in job.py
+HANG_TARGETS = ("rank", "late", "tp1", "sandbox")  # as in job.py (which imports ray)
 # Duplicated from workers.py / job.py to keep this module free of torch and verl imports.
 HUNG_FILE = "hung"
 RELEASE_FILE = "release"

@@ -352,16 +352,7 @@ class ProbePool:
             return Problem("probe", f"probe failed: {one_line(e, 160)}")
 
     async def close(self) -> None:
-        if not self._actors:
-            return
-        import ray
-
-        for a in self._actors.values():
-            try:
-                ray.kill(a)
-            except Exception:  # noqa: BLE001 - already gone
-                pass
-        self._actors.clear()
+        _kill_all(self._actors)
 
 
 # ---------------------------------------------------------------- plain functions on every node
@@ -514,13 +505,18 @@ class NodeRunner:
         if self._watch is not None:
             self._watch.cancel()
             self._watch = None
-        if not self._actors:
-            return
-        import ray
+        _kill_all(self._actors)
 
-        for a in self._actors.values():
-            try:
-                ray.kill(a)
-            except Exception:  # noqa: BLE001 - already gone
-                pass
-        self._actors.clear()
+
+def _kill_all(actors: dict[str, Any]) -> None:
+    """Kill the probes and forget them (ray is imported only when there are some)."""
+    if not actors:
+        return
+    import ray
+
+    for a in actors.values():
+        try:
+            ray.kill(a)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+    actors.clear()
