@@ -11,6 +11,7 @@ See tests/fakeray/server.py for the endpoints and tests/fakeray/cluster.py for t
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 
@@ -46,6 +47,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     cfg = ClusterConfig(
@@ -58,6 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     cluster = FakeCluster(cfg)
     fd = FakeDashboard(cluster, host=a.host, port=a.port, prewarm=True)
     fd.faults.delay_s = a.delay
+    # Ctrl-C and SIGTERM stop it, even when started in the background by a shell (which ignores SIGINT
+    # for background jobs, and the child inherits that)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
     fd.start()
     killed = False
     last = ""

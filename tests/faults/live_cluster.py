@@ -130,23 +130,13 @@ class LiveCluster:
         self.token = TOKEN
 
     def _read(self, timeout_s: float) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        import selectors
+        from tests.jsonlines import read_json_line  # this file also runs as the cluster's host script
 
-        sel = selectors.DefaultSelector()
-        sel.register(self.proc.stdout, selectors.EVENT_READ)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if sel.select(timeout=1.0):
-                line = self.proc.stdout.readline()
-                if not line:
-                    break
-                if line.startswith("{"):
-                    return json.loads(line)
-            elif self.proc.poll() is not None:
-                break
-        self.stop()
-        raise RuntimeError("the live Ray cluster did not start (or stopped answering)")
+        got = read_json_line(self.proc, timeout_s)
+        if got is None:
+            self.stop()
+            raise RuntimeError("the live Ray cluster did not start (or stopped answering)")
+        return got
 
     def send(self, cmd: str, timeout_s: float = 60.0) -> dict[str, Any]:
         assert self.proc.stdin is not None

@@ -285,12 +285,12 @@ async def test_tui_backs_off_on_429_and_5xx():
             await wait_for(pilot, lambda: "429" in header(app), 5, what="429")
             assert await _count_while(pilot, fd, 3.0) <= 1
             fd.clear_faults()
-            await wait_for(pilot, lambda: "429" not in header(app), 10, what="recovery from 429")
+            await wait_for(pilot, lambda: "429" not in header(app), 30, what="recovery from 429")
             fd.faults.status_code = 503
             await wait_for(pilot, lambda: "503" in header(app), 5, what="503")
             assert await _count_while(pilot, fd, 5.0) <= 3
             fd.clear_faults()
-            await wait_for(pilot, lambda: "503" not in header(app), 15, what="recovery from 503")
+            await wait_for(pilot, lambda: "503" not in header(app), 30, what="recovery from 503")
             assert await _count_while(pilot, fd, 2.0) >= 4  # back to the normal pace
             await pilot.press("q")
 

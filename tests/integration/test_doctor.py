@@ -21,6 +21,8 @@ import pytest
 from conftest import Dashboard
 from doctor_cluster import JOB_NCCL, ODD_TRANSFORMERS, SECRETS, TOKEN
 
+from tests.jsonlines import read_json_line
+
 pytestmark = pytest.mark.ray
 
 HERE = Path(__file__).resolve().parent
@@ -46,23 +48,11 @@ class DoctorCluster:
         self.dashboard = Dashboard(self)  # type: ignore[arg-type]  # needs .address and .token only
 
     def _read(self, timeout_s: float) -> dict[str, Any]:
-        import selectors
-
-        assert self.proc.stdout is not None
-        sel = selectors.DefaultSelector()
-        sel.register(self.proc.stdout, selectors.EVENT_READ)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if sel.select(timeout=1.0):
-                line = self.proc.stdout.readline()
-                if line.startswith("{"):
-                    return json.loads(line)
-                if not line:
-                    break
-            elif self.proc.poll() is not None:
-                break
-        self.stop()
-        raise RuntimeError(f"the doctor cluster did not answer (log: {self.log.name})")
+        got = read_json_line(self.proc, timeout_s)
+        if got is None:
+            self.stop()
+            raise RuntimeError(f"the doctor cluster did not answer (log: {self.log.name})")
+        return got
 
     def send(self, cmd: str, timeout_s: float = 60) -> dict[str, Any]:
         assert self.proc.stdin is not None

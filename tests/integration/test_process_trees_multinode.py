@@ -74,7 +74,7 @@ def test_trees_on_every_node(scenario_cluster, rollout, path):
     assert doc["orphans"] == []
     if path == "probe":
         # every WorkerDict rank's tree was read on its own node too (none has children)
-        wd = [a for a in doc["actors"] if a["class_name"].endswith("WorkerDict")]
+        wd = [a for a in doc["actors"] if a["class_name"].endswith("WorkerDict") and a["state"] == "ALIVE"]
         assert wd and all(a["processes"] == [] for a in wd)
         probes = [a for a in c.dashboard.rows("actors", detail="true") if a["class_name"].endswith("VerltopProbe")
                   and a["ray_namespace"] == "verltop-probe" and a["state"] == "ALIVE"]
