@@ -44,6 +44,7 @@ _WRAPPER_FILES = re.compile(
 _IDLE_FUNCS = {"select", "poll", "epoll_wait", "wait", "sleep", "_wait_for_tstate_lock", "acquire"}
 
 
+@lru_cache(maxsize=65536)
 def leaf(name: str) -> str:
     """Python 3.11+ qualified names: ``Condition.wait`` → ``wait``, ``f.<locals>.g`` → ``g``."""
     return name.rsplit(".", 1)[-1]

@@ -54,8 +54,8 @@ def analyse_rank(actor: ActorRow, samples: list[ProcessDump], collective: Collec
     b = blocked_on(main, actor.gpu_util_percent, gpu_busy_percent)
     stuck = None
     if len(good) >= 2:
-        keys = set()
-        for s in good:
+        keys = {stack_key(main.frames) if main else ()}
+        for s in good[:-1]:  # the last one's task thread is ``main``
             t = task_thread(s.threads)
             keys.add(stack_key(t.frames) if t else ())
         # "stuck" is about a task that does not progress; an idle worker's loop never moves either
@@ -82,7 +82,8 @@ def activity(r: RankDump) -> Activity:
         c = r.collective
         what = f"{c.op} #{c.seq}" if c is not None and c.op and collective_pending(c) else "a collective on the GPU"
         return Activity("collective", what, b.frame)
-    return process_activity(last.threads, r.process)
+    # past the GPU case above, blocked_on without the GPU figures would say the same as r.blocked_on
+    return process_activity(last.threads, r.process, r.main, b)
 
 
 def analyse(

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from verltop.analysis.collectives import COLLECTIVES, blocked_on, caller_frame, is_native, leaf, task_thread
-from verltop.model import Frame, ThreadStack
+from verltop.model import BlockedOn, Frame, ThreadStack
 
 # kinds, most telling first when a process has several non-idle threads
 KINDS = ("collective", "children", "ray_wait", "http", "ipc", "busy", "idle", "unknown")
@@ -90,8 +90,12 @@ def _innermost_waits(frames: tuple[Frame, ...], upto: int) -> bool:
     return all(leaf(f.func) in _WAIT_PRIMITIVES or _SHM_WAIT.search(f.file) for f in inner)
 
 
-def thread_activity(t: ThreadStack) -> Activity:
-    """One thread: what it waits in, or where its own code is."""
+_UNKNOWN = BlockedOn("?", None)  # "not worked out yet" (None means "in no wait")
+
+
+def thread_activity(t: ThreadStack, b: BlockedOn | None = _UNKNOWN) -> Activity:
+    """One thread: what it waits in, or where its own code is. ``b``: its ``blocked_on`` (without GPU
+    figures) when the caller has it."""
     frames = _py(t.frames)
     name = t.name
     if not frames:
@@ -101,7 +105,8 @@ def thread_activity(t: ThreadStack) -> Activity:
         return Activity("idle", "recv_requests", thread=name)
     if _has(frames, {"event_loop"}) is not None and leaf(frames[0].func) in ("recv_pyobj", "recv", "poll"):
         return Activity("idle", "event_loop", thread=name)
-    b = blocked_on(t)
+    if b is _UNKNOWN:
+        b = blocked_on(t)
     if b is not None and (b.op in COLLECTIVES or b.op == "wait"):
         return Activity("collective", b.op, b.frame, name)
     i = _has(frames, set(_IPC_WAITS))
@@ -172,14 +177,17 @@ def _loop_idle(frames: tuple[Frame, ...]) -> bool:
     return i is not None and "asyncio" in frames[i].file and all(leaf(f.func) in _WAIT_PRIMITIVES for f in frames[:i])
 
 
-def process_activity(threads: tuple[ThreadStack, ...], title: str | None = None) -> Activity:
-    """The whole process: the task thread's activity when it is not idle, else the most telling other one."""
+def process_activity(threads: tuple[ThreadStack, ...], title: str | None = None,
+                     main: ThreadStack | None = None, main_blocked: BlockedOn | None = _UNKNOWN) -> Activity:
+    """The whole process: the task thread's activity when it is not idle, else the most telling other one.
+    ``main`` and ``main_blocked``: its task thread and what that waits in, when the caller has them."""
     if title and _PLUMBING_TITLE.search(title):
         return Activity("idle", "plumbing")
     if not threads:
         return Activity("idle")
-    main = task_thread(threads)
-    acts = [thread_activity(t) for t in threads]
+    if main is None or main not in threads:
+        main, main_blocked = task_thread(threads), _UNKNOWN
+    acts = [thread_activity(t, main_blocked if t is main else _UNKNOWN) for t in threads]
     if main is not None:
         m = acts[threads.index(main)]
         if m.kind != "idle":
