@@ -1,6 +1,6 @@
 """What watching for pending work costs per poll, on a real local Ray cluster (tests/integration/pending_job.py).
 
-    raylock python -m scripts.bench_pending [--reads 30]
+    python -m scripts.bench_pending [--reads 30]     # from the repository root; starts a Ray cluster
 
 Two moments of one cluster: healthy (a placed 2-worker verl group, nothing pending) and stuck (plus a verl
 pool that cannot be placed and a second job's pool waiting for resources). For each: the reads the engine

@@ -2,10 +2,10 @@
 
 Everything is a function of (config, seed, clock time, runtime mutations), so two clusters with the same
 config and clock answer the same bytes. The shapes are copied from real Ray 2.60 captures
-(``/work/shared/fixtures/real-gpu/ray-gpu-cluster/hung/``): same key names, same types (``num_restarts``
+(``tests/fixtures/real-gpu/ray-gpu-cluster/hung/``): same key names, same types (``num_restarts``
 is a string, task times are floats, ``/nodes`` is camelCase, ...).
 
-The job (verl ``RayPPOTrainer`` layout, see ``/work/shared/research/verl.md``):
+The job (verl's ``RayPPOTrainer`` layout):
 
 - one ``TaskRunner`` actor (unnamed, head node) running ``TaskRunner.run`` forever;
 - one colocated ``WorkerDict`` group, one actor per GPU, named ``{rand6}WorkerDict_{pg_idx}:{local_rank}``, with

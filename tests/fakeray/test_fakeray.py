@@ -20,8 +20,7 @@ from tests.fakeray.server import FakeDashboard, Faults
 
 ROOT = Path(__file__).resolve().parents[2]
 _REL = Path("real-gpu") / "ray-gpu-cluster" / "hung"
-FIX = next((p for p in (ROOT / "tests" / "fixtures" / _REL, Path("/work/shared/fixtures") / _REL) if p.is_dir()),
-           ROOT / "tests" / "fixtures" / _REL)
+FIX = ROOT / "tests" / "fixtures" / _REL
 AUTH_FIX = FIX.parent.parent / "ray-token-auth-1gpu" / "hung"
 
 RUNNING_Q = "detail=1&limit=10000&filter_keys=state&filter_predicates=%3D&filter_values=RUNNING"
