@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -24,11 +25,18 @@ def test_a_sandbox_that_never_returns_sits_under_the_reward_loop(sandbox_hung_de
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_DASHBOARD_ADDRESS")}
     if demo.token:
         env["RAY_AUTH_TOKEN"] = demo.token
-    out = subprocess.run([sys.executable, "-m", "verltop", "--address", demo.address, "snapshot", "--json"],
-                         capture_output=True, text=True, timeout=120, env=env)
-    assert out.returncode == 0, out.stderr[-2000:]
-    actors = {a["actor_name"]: a for a in json.loads(out.stdout)["actors"] if a["actor_name"]}
-    loop = actors["reward_loop_worker_0"]
+    # Ray's task events reach the dashboard about a second after a task starts: the sandbox may be up before
+    # its compute_score is listed as running, so ask again for a while
+    deadline = time.monotonic() + 30
+    while True:
+        out = subprocess.run([sys.executable, "-m", "verltop", "--address", demo.address, "snapshot", "--json"],
+                             capture_output=True, text=True, timeout=120, env=env)
+        assert out.returncode == 0, out.stderr[-2000:]
+        actors = {a["actor_name"]: a for a in json.loads(out.stdout)["actors"] if a["actor_name"]}
+        loop = actors["reward_loop_worker_0"]
+        if loop["task"] == "compute_score" or time.monotonic() > deadline:
+            break
+        time.sleep(1.0)
     sandbox = [x for x in loop["processes"] if x["pid"] == info["pid"]]
     assert sandbox and sandbox[0]["ppid"] == loop["pid"] and sandbox[0]["title"].endswith("demo/sandbox.py"), loop
     # the agent loop that asked for the score is still in generate_sequences, as is the controller
