@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from verltop.analysis.timeline import KEEP_STEPS, NAME_ROWS_BUDGET, Query, StepTracker
+from verltop.analysis.timeline import KEEP_STEPS, StepTracker
+from verltop.analysis.timeline_reads import NAME_ROWS_BUDGET, Query, ReadPlanner
 
 # (task name, seconds) of one PPO step; 4 ranks of group "wg", the reward model on 2 ranks of "rm"
 STEP = [("WorkerDict.actor_rollout_generate_sequences", 3.0), ("WorkerDict.rm_compute_rm_score", 0.4),
@@ -111,7 +112,8 @@ def observed(steps: int = 3, seed_rm: bool = False) -> tuple[Job, StepTracker]:
 
 def test_plan_reads_a_ranks_history_and_by_name_while_cheap():
     job, t = observed()
-    queries, calls, through = t.plan()
+    p = ReadPlanner(t)
+    queries, calls, through = p.plan()
     assert calls and through == pytest.approx(t.steps(job.end + 1)[-1].started_at)
     # one rank's whole history names every method of its group (those no poll saw too), once per group
     scans = [q for q in queries if q.name is None and q.task_id is None]
@@ -120,27 +122,30 @@ def test_plan_reads_a_ranks_history_and_by_name_while_cheap():
     assert "WorkerDict.actor_rollout_update_actor" in {q.name for q in queries}
     # a method no poll saw nor the seed named is not asked for by name ...
     assert "WorkerDict.rm_compute_rm_score" not in {q.name for q in queries}
-    t.refined(calls, through)
-    assert t.plan() == ([], [], through)  # nothing new until another step completes
+    p.refined(calls, through)
+    assert p.plan() == ([], [], through)  # nothing new until another step completes
     # ... until it is known: then the steps already checked are searched for it
     _, t = observed(seed_rm=True)
-    assert "WorkerDict.rm_compute_rm_score" in {q.name for q in t.plan()[0]}
+    p = ReadPlanner(t)
+    assert "WorkerDict.rm_compute_rm_score" in {q.name for q in p.plan()[0]}
 
 
 def test_plan_over_budget_reads_one_rank_then_single_tasks():
     _, t = observed(seed_rm=True)
+    p = ReadPlanner(t)
     t.new_names.clear()  # as after a seed that held the whole history
     for name, _ in STEP:  # Ray holds more runs of these names, and of these ranks, than a read may cost
         t.record_rows(name, None, NAME_ROWS_BUDGET + 1)
     for a in ("wg0", "wg1", "wg2", "wg3", "rm0", "rm1"):
         t.record_rows(None, a, NAME_ROWS_BUDGET + 1)
-    queries, calls, _ = t.plan()
+    queries, calls, _ = p.plan()
     by_name = [q for q in queries if q.name]
     assert by_name and all(q.actor_id for q in by_name)  # one rank's runs of a method, for calls no poll saw
     assert {q.name for q in by_name} <= {"WorkerDict.rm_compute_rm_score", "WorkerDict.actor_rollout_update_weights"}
     tasks = [q for q in queries if q.task_id]
     assert tasks and len({q.task_id for q in tasks}) == len(tasks) and len(tasks) <= 3 * len(calls)
     _, t = observed(seed_rm=True)
+    p = ReadPlanner(t)
     t.new_names.clear()
     for name, _ in STEP:
         t.record_rows(name, None, NAME_ROWS_BUDGET + 1)
@@ -148,22 +153,23 @@ def test_plan_over_budget_reads_one_rank_then_single_tasks():
             t.record_rows(None if a is None else name, a, NAME_ROWS_BUDGET + 1)
     for a in ("wg0", "wg1", "wg2", "wg3", "rm0", "rm1"):
         t.record_rows(None, a, NAME_ROWS_BUDGET + 1)
-    queries, _, _ = t.plan()
+    queries, _, _ = p.plan()
     assert queries and all(q.task_id for q in queries)
 
 
 def test_refinement_by_task_id_makes_the_extremes_exact():
     job = Job(2)
     t = StepTracker()
+    p = ReadPlanner(t)
     poll(t, job, 1000.0, job.end + 1)
     for name, _ in STEP:
         t.record_rows(name, None, 10_000)
         for a in ("wg0", "wg1", "wg2", "wg3", "rm0", "rm1"):
             t.record_rows(name, a, 10_000)
-    queries, calls, through = t.plan(max_queries=1000)
+    queries, calls, through = p.plan(max_queries=1000)
     want = {q.task_id for q in queries}
     t.add_exact([f for f in job.finished() if f[0] in want])
-    t.refined(calls, through)
+    p.refined(calls, through)
     s = t.steps(job.end + 1)[0]
     ua = next(r for r in s.runs if r.phase == "update_actor")
     true = [r for r in job.runs if r[0].startswith("0-WorkerDict.actor_rollout_update_actor")]
@@ -216,32 +222,34 @@ def test_a_stuck_step_plans_its_finished_calls_once():
                 if not (r[0].startswith("2-") and "update_weights" in r[0])]
     ua = next(r for r in job.runs if r[0] == last)
     t = StepTracker()
+    p = ReadPlanner(t)
     t.add_exact(job.finished({"WorkerDict.rm_compute_rm_score"})[:4])  # as the seed names it
     poll(t, job, 1000.0, ua[5] - 300)
-    queries, calls, through = t.plan_current()
+    queries, calls, through = p.plan_current()
     assert calls and all(c.end_s is not None for c in calls)
     assert {c.phase for c in calls} >= {"gen", "update_critic"} and "update_actor" not in {c.phase for c in calls}
     names = {q.name for q in queries if q.name}
     assert "WorkerDict.rm_compute_rm_score" in names  # ran before this point last step; no poll saw it now
     assert "WorkerDict.actor_rollout_update_weights" not in names  # comes after: not missing yet
     assert "WorkerDict.actor_rollout_update_actor" not in names  # still running
-    assert through == t.checked_until_s  # the running step stays unchecked
-    t.refined(calls, through)
-    assert t.plan_current()[1] == []
+    assert through == p.checked_until_s  # the running step stays unchecked
+    p.refined(calls, through)
+    assert p.plan_current()[1] == []
 
 
 def test_a_method_first_seen_late_is_looked_for_in_the_steps_already_checked():
     job = Job(4)
     t = StepTracker()
+    p = ReadPlanner(t)
     poll(t, job, 1000.0, job.end + 1)
     t.new_names.clear()
-    queries, calls, through = t.plan()
-    t.refined(calls, through)
-    assert t.plan()[0] == []
+    queries, calls, through = p.plan()
+    p.refined(calls, through)
+    assert p.plan()[0] == []
     # the reward model's 0.4 s calls: no poll saw one until now (a seed from before it first ran, say)
     rm = [f for f in job.finished({"WorkerDict.rm_compute_rm_score"})][-2:]
     t.add_exact(rm)
-    queries, calls, _ = t.plan()
+    queries, calls, _ = p.plan()
     assert [q.name for q in queries] == ["WorkerDict.rm_compute_rm_score"] and calls == []
     t.add_exact(job.finished({"WorkerDict.rm_compute_rm_score"}))
     assert all(s.phase_s("reward") == pytest.approx(0.4) for s in t.steps(job.end + 1))

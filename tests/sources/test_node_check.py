@@ -143,9 +143,9 @@ def test_a_step_that_hangs_is_cut_off():
 def test_probe_functions_run_where_verltop_cannot_be_imported(tmp_path):
     from ray import cloudpickle
 
-    from verltop.sources.probe import _ship_by_value
+    from verltop.sources.probe_actor import ship_by_value
 
-    _ship_by_value(node_check.collect)
+    ship_by_value(node_check.collect)
     blob = tmp_path / "fn.pkl"
     blob.write_bytes(cloudpickle.dumps((node_check.collect, node_check.write_marker, node_check.now)))
     code = textwrap.dedent(f"""

@@ -16,7 +16,7 @@ from textual.widgets import DataTable, Static
 from tests.ui.test_main_screen import make_app, wait_rows
 from verltop.engine.doctor import DoctorJob
 from verltop.sources import node_check
-from verltop.sources.probe import RayNode
+from verltop.sources.probe_connect import RayNode
 from verltop.ui.screens.nodes import NodesScreen
 
 IDS = ["c05c9662dbeaf72133be68beae1a7fe2b4758589d600022cc73ee441", "aa" * 28, "bb" * 28]

@@ -7,10 +7,8 @@ task id, and sorts by task id before cutting), so the timeline is built in three
    that poll interval, unless a detail read gave its start) and ends between the last poll that saw it and
    the first that did not (the middle again: error at most half a poll).
 2. **Exact**, when a step completes: per method, Ray's task events (start and end to the millisecond),
-   read with the source-side filters, within a budget of rows (``plan``): the ``name`` filter while Ray holds
-   few runs of that method, else one rank's runs (``name`` + ``actor_id``), else single tasks by id (the
-   first rank to start, the first and last to finish). A call no poll saw (shorter than a poll) is found only by the
-   first two.
+   read with the source-side filters within a budget of rows; which reads to make is planned in
+   ``analysis.timeline_reads``, and their answers come back through ``add_exact``.
 3. **Seeded** at start from the finished tasks the engine reads once.
 
 Everything is bounded: the last ``KEEP_STEPS`` steps; per-rank runs only for calls not yet settled.
@@ -19,7 +17,6 @@ Everything is bounded: the last ``KEEP_STEPS`` steps; per-rank runs only for cal
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from verltop.analysis.roles import phase_of_method
@@ -28,9 +25,6 @@ from verltop.model import Step
 
 KEEP_STEPS = 32
 MAX_CALLS = 2000  # a job whose calls never form steps (no updates) must not grow it
-NAME_ROWS_BUDGET = 256  # rows (about 2.3 KB each at detail=1) one finished-task query may match
-TASK_QUERIES_PER_CALL = 3  # exact times for the extremes of a call no cheaper query covers
-RESCAN_ROUNDS = 16  # a group's methods are listed again this many refinement rounds later (new ones: save)
 EPS = 1e-6
 INF = float("inf")
 # Ray's workers report task events about once a second (task_events_report_interval_ms): a task may still
@@ -203,15 +197,6 @@ class Call:
         return self._view
 
 
-@dataclass(frozen=True, slots=True)
-class Query:
-    """A finished-task read that makes calls exact: by ``task_id``, or by task ``name`` (and ``actor_id``)."""
-
-    name: str | None = None
-    actor_id: str | None = None
-    task_id: str | None = None
-
-
 # (task_id, actor_id, group, method, task name, start_s or None)
 Observed = tuple[str, str | None, str, str, str, float | None]
 # (task_id, actor_id, group, method, task name, start_s, end_s)
@@ -230,15 +215,12 @@ class StepTracker:
         self._last_poll_s: float | None = None
         self.first_index = 1
         self.horizon_s = -INF  # exact rows older than this belong to steps already dropped
-        self.checked_until_s = -INF  # completed steps that began before this were refined
         # rows Ray held for (name, actor) at the last read ((name, None): every rank's; (None, actor): all its tasks)
         self.name_rows: dict[tuple[str | None, str | None], int] = {}
         self.version = 0
         self._calls_at_trim = 0
         self.names: set[str] = set()  # every task name a call was made of
         self.new_names: set[str] = set()  # of those, names learnt since the last plan
-        self.rounds = 0  # plans made
-        self.scanned: dict[str, int] = {}  # group -> the round whose plan read one of its ranks' history
 
     # ---------------------------------------------------------- feeding
 
@@ -417,13 +399,13 @@ class StepTracker:
         drop = max(0, len(segs) - self.keep_steps)
         gone: set[Call] = set()
         for s in segs[:drop]:
-            gone |= {_call(v) for v in s}
+            gone |= {call_of(v) for v in s}
         if drop:
             self.first_index += drop
             self.horizon_s = segs[drop][0].start_s
         for i in range(drop, max(drop, len(segs) - 1)):
             for v in segs[i]:
-                c = _call(v)
+                c = call_of(v)
                 if c.refined or i < len(segs) - 3:
                     self.settle(c)
         if len(self.calls) - len(gone) > MAX_CALLS:  # no steps to cut at: the oldest calls go
@@ -441,6 +423,18 @@ class StepTracker:
         self.by_key = {k: v for k, v in self.by_key.items() if v}
         self.version += 1
 
+    def settle_refined(self, calls: Iterable[Call]) -> None:
+        """The reads planned for these calls were made (or failed): they are not planned again; their runs go."""
+        for c in calls:
+            c.refined = True
+            self.settle(c)
+        self.version += 1
+
+    def take_new_names(self) -> set[str]:
+        """The task names learnt since the last call (a plan looks for them in the steps already checked)."""
+        out, self.new_names = self.new_names, set()
+        return out
+
     def settle(self, c: Call) -> None:
         if c.runs is None:
             return
@@ -449,97 +443,6 @@ class StepTracker:
             self.live.pop(tid, None)
             self._running.pop(tid, None)
         c.runs = None
-
-    # ---------------------------------------------------------- refinement
-
-    def plan_current(self, max_queries: int = 24) -> tuple[list[Query], list[Call], float]:
-        """As ``plan``, for the finished calls of the running step (one that runs far longer than usual: a
-        hang, a late rank), once: its short phases, which the polls may have missed, and exact times for the
-        phases before the one it is stuck in."""
-        segs = segment(self.views())
-        if len(segs) < 2:
-            return [], [], self.checked_until_s
-        cur, prev = segs[-1], segs[-2]
-        t0, p0 = cur[0].start_s, prev[0].start_s
-        reached = max(v.start_s for v in cur) - t0
-        # what the step before ran up to the same point in its step
-        before = {_call(v).name for v in prev if v.start_s - p0 <= reached} - {_call(v).name for v in cur}
-        return self._queries([[v for v in cur if v.end_s is not None]], before, max_queries,
-                             self.checked_until_s)
-
-    def plan(self, max_queries: int = 24) -> tuple[list[Query], list[Call], float]:
-        """What to read from Ray's finished tasks to make the completed, unchecked steps exact: ``(queries,
-        the calls they cover, the time through which steps are then checked)``.
-
-        Per task name: the ``name`` filter while Ray holds at most ``NAME_ROWS_BUDGET`` runs of it (it also
-        finds calls no poll saw); else one rank's runs (``name`` + ``actor_id``) when a step lacks a call of a
-        method run around it; else, for calls only the polls saw, single tasks by id (the first rank to
-        start, the first and last to finish)."""
-        segs = segment(self.views())
-        first = next((i for i, s in enumerate(segs[:-1]) if s[0].start_s >= self.checked_until_s), None)
-        learnt, self.new_names = self.new_names, set()
-        if first is None:
-            if not learnt or len(segs) < 2:
-                return [], [], self.checked_until_s
-            # a method first seen now: the steps already checked may hold calls of it no poll saw
-            return self._queries([], set(), max_queries, self.checked_until_s, learnt)
-        names = {_call(v).name for s in segs[max(0, first - 2):] for v in s}  # run around these steps
-        return self._queries(segs[first:-1], names, max_queries, segs[-1][0].start_s, learnt)
-
-    def _queries(self, done: list[list[CallView]], names: set[str], max_queries: int, through: float,
-                 learnt: set[str] = frozenset()) -> tuple[list[Query], list[Call], float]:
-        inexact: dict[str, list[Call]] = {}
-        missing: set[str] = set(learnt)
-        covered: list[Call] = []
-        actors: dict[str, str] = {}  # group -> an actor of it
-        for s in done:
-            present = set()
-            for v in s:
-                c = _call(v)
-                present.add(c.name)
-                if c.late_actor_id:
-                    actors.setdefault(c.group, c.late_actor_id)
-                if c.refined:
-                    continue
-                covered.append(c)
-                if not c.exact:
-                    inexact.setdefault(c.name, []).append(c)
-            missing |= names - present  # run around these steps, not in this one: a call no poll saw?
-        queries: list[Query] = []
-        # Once per group (and every RESCAN_ROUNDS rounds): one rank's whole history, which names every method
-        # the group runs, those no poll saw and the seed missed included (what is never named is never read)
-        self.rounds += 1
-        for group, actor in sorted(actors.items()):
-            if self.rounds - self.scanned.get(group, -RESCAN_ROUNDS) >= RESCAN_ROUNDS and \
-                    self.name_rows.get((None, actor), 0) <= NAME_ROWS_BUDGET:
-                self.scanned[group] = self.rounds
-                queries.append(Query(actor_id=actor))
-        tasks: list[Query] = []
-        for name in sorted(set(inexact) | missing):
-            rows = self.name_rows.get((name, None))
-            if rows is None or rows <= NAME_ROWS_BUDGET:
-                queries.append(Query(name=name))
-                continue
-            actor = self._an_actor(name)
-            if name in missing and actor and self.name_rows.get((name, actor), 0) <= NAME_ROWS_BUDGET:
-                queries.append(Query(name=name, actor_id=actor))
-            for c in inexact.get(name, ()):
-                tasks += [Query(task_id=t) for t in _extremes(c)]
-        return (queries + tasks)[:max_queries], covered, through
-
-    def _an_actor(self, name: str) -> str | None:
-        for c in reversed(self.calls):
-            if c.name == name and c.late_actor_id:
-                return c.late_actor_id
-        return None
-
-    def refined(self, calls: Iterable[Call], through_s: float) -> None:
-        """The planned reads were made (or failed): do not plan these again; their runs can go."""
-        for c in calls:
-            c.refined = True
-            self.settle(c)
-        self.checked_until_s = max(self.checked_until_s, through_s)
-        self.version += 1
 
     def record_rows(self, name: str | None, actor_id: str | None, rows: int) -> None:
         """How many runs of ``name`` (of ``actor_id``) Ray holds, from an answer's total."""
@@ -559,7 +462,7 @@ class StepTracker:
             self.name_rows.setdefault((name, None), round(c * scale))
 
 
-def _call(v: CallView) -> Call:
+def call_of(v: CallView) -> Call:
     assert isinstance(v.ref, Call)
     return v.ref
 
@@ -569,20 +472,3 @@ def _overlaps(c: Call, run: Run) -> bool:
     return run.start_s <= end + EPS and (INF if run.end_s is None else run.end_s) + EPS >= c.start_s
 
 
-def _extremes(c: Call) -> list[str]:
-    """Task ids of the runs that bound a call: all of them when few, else the first to start and the first and
-    last to finish (ties broken apart, so a call whose ranks all ended in one poll interval still gets two)."""
-    if not c.runs:
-        return []
-    rs = [r for r in c.runs.values() if not r.exact]
-    if len(rs) <= TASK_QUERIES_PER_CALL:
-        return [r.task_id for r in rs]
-    picks = [min(rs, key=lambda r: (r.start_s, r.task_id))]
-    ended = [r for r in rs if r.end_s is not None]
-    if ended:
-        picks += [min(ended, key=lambda r: (r.end_s, r.task_id)), max(ended, key=lambda r: (r.end_s, r.task_id))]
-    out: list[str] = []
-    for r in picks:
-        if r.task_id not in out:
-            out.append(r.task_id)
-    return out[:TASK_QUERIES_PER_CALL]

@@ -1,4 +1,4 @@
-"""``verltop doctor``, start to end: the dashboard's node list, a probe on every alive node (``sources.probe``)
+"""``verltop doctor``, start to end: the dashboard's node list, a probe on every alive node (``sources.probe_runner``)
 reading its facts (``sources.node_check``), the clock offsets, the shared-directory round trip, then the pure
 judgement (``analysis.doctor``). The CLI and the TUI's nodes view both run this job.
 """
@@ -54,7 +54,7 @@ class DoctorJob:
         self.on_progress = on_progress
         self.probe_address = probe_address
         self.clock = clock
-        self.runner = runner  # a sources.probe.NodeRunner; made on run() when not given
+        self.runner = runner  # a sources.probe_runner.NodeRunner; made on run() when not given
         self.report: DoctorReport | None = None
         self.problem: Problem | None = None
         self.stage = "new"
@@ -103,7 +103,7 @@ class DoctorJob:
         self.total = len(alive)
         self._emit("connect")
         if self.runner is None:
-            from verltop.sources.probe import NodeRunner  # imports ray: only here, only when asked
+            from verltop.sources.probe_runner import NodeRunner  # imports ray: only here, only when asked
 
             self.runner = NodeRunner(self.probe_address)
         runner = self.runner

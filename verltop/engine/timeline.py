@@ -2,7 +2,7 @@
 
 The timeline costs the polls nothing: it is fed from the RUNNING-task answers the engine reads anyway and
 from the finished tasks it reads once at start. Only when a step completes does it read Ray's finished
-tasks, a few small, filtered requests planned by ``analysis.timeline.StepTracker.plan`` within a budget of
+tasks, a few small, filtered requests planned by ``analysis.timeline_reads.ReadPlanner.plan`` within a budget of
 rows, one round at a time, off the poll loops.
 """
 
@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 from verltop.analysis import roles as R
 from verltop.analysis.steps import median_step_s, segment, steps_of
-from verltop.analysis.timeline import NAME_ROWS_BUDGET, Finished, Observed, Query, StepTracker
+from verltop.analysis.timeline import Finished, Observed, StepTracker
+from verltop.analysis.timeline_reads import NAME_ROWS_BUDGET, Query, ReadPlanner
 from verltop.analysis.trends import Trend, Trends
 from verltop.analysis.view import group_key
 from verltop.model import ActorRow, GroupWork, RawActor, RawTask, Step
@@ -58,6 +59,7 @@ class Timeline:
         self.timeout_s = timeout_s
         self.enabled = enabled
         self.tracker = StepTracker()
+        self.planner = ReadPlanner(self.tracker)
         self.stats = RefineStats()
         self._task: asyncio.Task | None = None
         self._planned_version = -1
@@ -144,16 +146,16 @@ class Timeline:
             return
         queries: list[Query] = []
         calls: list = []
-        through = self.tracker.checked_until_s
+        through = self.planner.checked_until_s
         if self.tracker.version != self._planned_version:
             self._planned_version = self.tracker.version
-            queries, calls, through = self.tracker.plan()
+            queries, calls, through = self.planner.plan()
         if not calls and not queries:
             queries, calls, through = self._stuck_step()
         if not calls and not queries:
             return
         if not queries:
-            self.tracker.refined(calls, through)
+            self.planner.refined(calls, through)
             return
         self._task = asyncio.create_task(self._round(queries, calls, through, actors, gate),
                                          name="verltop-timeline-refine")
@@ -162,14 +164,14 @@ class Timeline:
         """The running step, once it has run three times the median step: its finished calls made exact."""
         cache = self._cache
         if cache is None or len(cache[2]) < 3 or not cache[1]:
-            return [], [], self.tracker.checked_until_s
+            return [], [], self.planner.checked_until_s
         med = median_step_s(cache[2])
         started = cache[1][-1][0].start_s
         now = self.tracker.last_poll_s or 0.0
         if med is None or started == self._stuck_done or now - started < 3 * med:
-            return [], [], self.tracker.checked_until_s
+            return [], [], self.planner.checked_until_s
         self._stuck_done = started
-        return self.tracker.plan_current()
+        return self.planner.plan_current()
 
     async def _round(self, queries: list[Query], calls: list, through: float,
                      actors: Callable[[], dict[str, RawActor]], gate: Callable[[], Awaitable[None]]) -> None:
@@ -205,7 +207,7 @@ class Timeline:
         except Exception:
             log.error("timeline refinement failed", exc_info=True)
         finally:
-            self.tracker.refined(calls, through)
+            self.planner.refined(calls, through)
             self.stats.rounds += 1
             self.stats.last_ms = (time.perf_counter() - t0) * 1000
 

@@ -3,12 +3,17 @@ an engine restarts its workers, a reward function starts a sandbox per call). On
 
 Each child is ``(pid, ppid, title)``, the title being the first NUL-separated field of its cmdline (what
 setproctitle set: ``VLLM::Worker_TP1``; never comm, which is cut at 15 characters).
+
+Stdlib only, and of verltop only ``proc_stat``: the probe runs ``local_descendants`` on other nodes, where
+verltop may not be installed (``probe_actor`` ships both by value).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+
+from verltop.sources.proc_stat import read_stat
 
 MAX_PER_ACTOR = 64  # a fork bomb under one actor must not turn a dump into thousands of py-spy runs
 
@@ -40,14 +45,9 @@ def _ppids() -> dict[int, int]:
     for n in names:
         if not n.isdigit():
             continue
-        try:
-            with open(f"/proc/{n}/stat", "rb") as f:
-                rest = f.read().rsplit(b")", 1)[1].split()
-            if rest[0] in (b"Z", b"X"):
-                continue  # exited, not reaped: nothing to dump
-            out[int(n)] = int(rest[1])
-        except (OSError, IndexError, ValueError):
-            continue
+        st = read_stat(int(n))
+        if st is not None:  # not gone, nor exited and not yet reaped: something to dump
+            out[int(n)] = st[0]
     return out
 
 

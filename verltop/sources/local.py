@@ -16,6 +16,7 @@ from typing import Any
 
 from verltop.convert import one_line
 from verltop.model import Gpu, Problem, ProcStat, ProcTree
+from verltop.sources.proc_stat import read_stat
 from verltop.sources.procfs import ProcReader
 
 
@@ -339,9 +340,4 @@ def is_actor_process(pid: int, class_name: str | None = None) -> bool:
 
 def process_exited(pid: int) -> bool:
     """Gone, or a zombie (killed, not yet reaped by its raylet): nothing left to read."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True
-    return state in (b"Z", b"X")
+    return read_stat(pid) is None

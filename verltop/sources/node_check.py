@@ -1,8 +1,8 @@
 """What ``verltop doctor`` reads on each node, run there inside a probe actor.
 
 These functions are shipped to the node by value (cloudpickle): verltop need not be installed there. So they
-import nothing of verltop, only the standard library (and NVML's ``pynvml`` when the node has it), and return
-plain dicts of facts. Judging the facts (majorities, thresholds, sentences) is ``analysis.doctor``'s job.
+import only the standard library (and NVML's ``pynvml`` when the node has it) and, of verltop, ``proc_stat``
+(stdlib only, shipped with them), and return plain dicts of facts. Judging the facts (majorities, thresholds, sentences) is ``analysis.doctor``'s job.
 
 Secrets: of any process's environment, only names on the allow-list below are read, and the filter runs here,
 on the node: no other variable's name or value ever leaves it.
@@ -16,6 +16,8 @@ import sys
 import threading
 import time
 from typing import Any
+
+from verltop.sources.proc_stat import read_stat
 
 ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "TORCH_FR_")
 ENV_NAMES = ("GLOO_SOCKET_IFNAME", "CUDA_VISIBLE_DEVICES")
@@ -249,16 +251,6 @@ def gpus() -> dict[str, Any]:
 # ---------------------------------------------------------------- the workers' environment
 
 
-def _stat(pid: int) -> tuple[str, int] | None:
-    """(comm, ppid) of a process."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            st = f.read().decode(errors="replace")
-        return st[st.index("(") + 1:st.rindex(")")], int(st[st.rindex(")") + 2:].split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def _title(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -286,13 +278,13 @@ def worker_env() -> dict[str, Any]:
     raylet = None
     pid, hops = me, 0
     while pid > 1 and hops < 8:
-        st = _stat(pid)
+        st = read_stat(pid)
         if st is None:
             break
-        if st[0] == "raylet":
+        if st[1] == "raylet":
             raylet = pid
             break
-        pid, hops = st[1], hops + 1
+        pid, hops = st[0], hops + 1
     if raylet is None:  # not under a raylet (an unusual container set-up): what this worker got
         return {"raylet": {k: v for k, v in os.environ.items() if env_allowed(k)}, "workers": [], "unreadable": 0,
                 "found_raylet": False}
@@ -300,8 +292,8 @@ def worker_env() -> dict[str, Any]:
     for d in os.listdir("/proc"):
         if not d.isdigit() or int(d) == me:
             continue
-        st = _stat(int(d))
-        if st is None or st[1] != raylet:
+        st = read_stat(int(d))
+        if st is None or st[0] != raylet:
             continue
         title = _title(int(d))
         if not title.startswith("ray::") or title.startswith(NOT_WORKERS):

@@ -1,7 +1,7 @@
 """Process trees from ``/proc``: the descendants of given pids (the actors' processes), read incrementally.
 
-Stdlib only, and nothing of verltop: the probe (``sources/probe.py``) ships this module, pickled by value, to
-nodes where verltop may not be installed, and runs :class:`ProcReader` there.
+Stdlib only, and of verltop only ``proc_stat`` (stdlib only too): the probe (``sources/probe_actor.py``) ships
+both, pickled by value, to nodes where verltop may not be installed, and runs :class:`ProcReader` there.
 
 Cost. ``/proc/PID/task/TID/children`` lists only the children of one *thread*, and a Ray actor starts its
 engine from its asyncio thread, so reading it per actor means one read per thread (~40 per Ray worker).
@@ -22,6 +22,8 @@ import os
 import time
 from collections.abc import Iterable
 from typing import Any
+
+from verltop.sources.proc_stat import Stat, parse_stat
 
 # A row: (pid, ppid, title, cpu_percent, rss_bytes, create_time_s); plain tuples cross the probe's wire.
 Row = tuple[int, int | None, str | None, float | None, int | None, float | None]
@@ -80,7 +82,7 @@ class ProcReader:
             pass
         return 0.0
 
-    def _stat(self, pid: int, keep: bool = False) -> tuple[int, str, int, int, int] | None:
+    def _stat(self, pid: int, keep: bool = False) -> Stat | None:
         """``(ppid, comm, starttime, cpu ticks, rss pages)`` from ``/proc/PID/stat``, or None if gone.
         ``keep``: keep the file open for the next read (descendants, read every time)."""
         self.stat_reads += 1
@@ -104,15 +106,9 @@ class ProcReader:
             if not b:
                 self._drop_fd(pid)
                 return None
-            lp = b.index(b"(")
-            rp = b.rindex(b")")
-            f = b[rp + 2 :].split(None, 22)  # the fields up to rss; not the 30 after it
-            if f[0] in (b"Z", b"X"):  # exited, not yet reaped: nothing left to show
-                return None
-            return (int(f[1]), b[lp + 1 : rp].decode(errors="replace"), int(f[19]), int(f[11]) + int(f[12]),
-                    int(f[21]))
-        except (OSError, ValueError, IndexError):
+        except OSError:
             return None
+        return parse_stat(b)
 
     def _drop_fd(self, pid: int) -> None:
         fd = self._fds.pop(pid, None)

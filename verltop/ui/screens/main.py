@@ -12,9 +12,10 @@ from textual.widgets import Input
 from verltop.model import ActorRow, Snapshot
 from verltop.ui import keymap
 from verltop.ui.widgets import process_rows as PR
-from verltop.ui.widgets.actor_table import GROUPINGS, SORTS, ActorTable, group_of, layout_rows
+from verltop.ui.widgets.actor_table import ActorTable
 from verltop.ui.widgets.footer import Footer
 from verltop.ui.widgets.header_bar import HeaderBar
+from verltop.ui.widgets.table_rows import GROUPINGS, SORTS, group_of, layout_rows
 from verltop.ui.widgets.text_line import TextLine
 
 
@@ -186,7 +187,7 @@ class MainScreen(Screen):
         self._show_selection()
 
     def _show_selection(self) -> None:
-        from verltop.ui.widgets.actor_table import process_selection_text, selection_text
+        from verltop.ui.widgets.table_cells import process_selection_text, selection_text
 
         pend = self.table.selected_pending()
         if pend is not None:

@@ -10,16 +10,13 @@ and the rest closed, and the table stays about as long as the actor list.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
 
 from rich.text import Text
 
 from verltop import fmt
 from verltop.model import ActorRow, ProcRow
 from verltop.ui.render import LEVEL_STYLE, level, mem_bar
-
-if TYPE_CHECKING:
-    from verltop.ui.widgets.actor_table import Row, Shown
+from verltop.ui.widgets.table_types import Row, Shown
 
 SMALL_TREE = 3
 OPEN_BUDGET = 200  # child rows open by default, at most

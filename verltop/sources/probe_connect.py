@@ -1,0 +1,164 @@
+"""Joining the Ray cluster from verltop's process: ``ray.init`` in a daemon thread (a GCS that does not answer
+must hold neither a dump nor the exit), a one-sentence failure when nothing answers at the GCS address, and
+the GCS's view of the nodes. Used by the probes (``probe``, ``probe_runner``); imports ray only when called.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from verltop.convert import one_line
+from verltop.sources.config import resolve_token
+
+NAMESPACE = "verltop-probe"
+
+
+def in_daemon_thread(fn: Any, *args: Any) -> asyncio.Future:
+    """``fn(*args)`` in a daemon thread. ray.init to a GCS it cannot reach retries for many minutes: neither
+    asyncio.run's executor shutdown (``to_thread``) nor the interpreter's exit may wait for it, or a dump
+    that gave up at its timeout would not end."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future = loop.create_future()
+
+    def settle(ok: bool, value: Any) -> None:
+        if not fut.done():
+            fut.set_result(value) if ok else fut.set_exception(value)
+
+    def run() -> None:
+        try:
+            ok, value = True, fn(*args)
+        except BaseException as e:  # noqa: BLE001 - handed to the awaiting task
+            ok, value = False, e
+        try:
+            loop.call_soon_threadsafe(settle, ok, value)
+        except RuntimeError:  # the loop is closed: nobody waits any more
+            pass
+
+    threading.Thread(target=run, name="verltop-probe-init", daemon=True).start()
+    return fut
+
+
+def connect(address: str, node_ids: Iterable[str]) -> None:
+    """``ray.init`` (once per process, in namespace ``verltop-probe``) into the cluster that holds ``node_ids``.
+    Raises when it cannot, or when the cluster it found is not the one those node ids come from."""
+    import logging
+    import sys
+
+    # Ray turns token auth on by itself only for address="auto" without RAY_ADDRESS; with an explicit
+    # address its GCS refuses us (and its C++ client retries, printing, for the whole timeout). The
+    # token verltop found is in the places Ray's loader reads: say that auth is on (before Ray reads
+    # its config at import).
+    if "RAY_AUTH_MODE" not in os.environ and resolve_token()[0]:
+        os.environ["RAY_AUTH_MODE"] = "token"
+        if "ray" in sys.modules:
+            try:
+                from ray._raylet import Config
+
+                Config.initialize("")
+            except (ImportError, AttributeError):
+                pass
+    # RAY_ADDRESS may hold the dashboard's URL (verltop reads it there); ray.init wants the GCS
+    if address == "auto" and os.environ.get("RAY_ADDRESS", "").lower().startswith(("http://", "https://")):
+        del os.environ["RAY_ADDRESS"]
+    _gcs_reachable(address)
+    import ray
+
+    # ray.init's warnings (token auth on, no SIGTERM handler off the main thread) are not ours to
+    # show: they would land in the middle of the TUI or of `verltop dump` output
+    logging.getLogger("ray").setLevel(logging.ERROR)
+    if not ray.is_initialized():
+        _fault_handler()
+        ray.init(address=address, namespace=NAMESPACE, logging_level="ERROR", log_to_driver=False,
+                 configure_logging=False)
+        _mute_driver_messages()
+    # address="auto" finds the cluster this machine runs; make sure it is the dashboard's cluster
+    known = {n["NodeID"] for n in ray.nodes()}
+    if not set(node_ids) <= known:
+        raise RuntimeError("the Ray cluster on this machine is not the dashboard's cluster")
+
+
+def _gcs_reachable(address: str, timeout_s: float = 3.0) -> None:
+    """Fail at once, in one sentence, when nothing answers at the GCS address ray.init would use; ray.init
+    itself would retry for its whole timeout, its C++ client printing to fd 2 meanwhile."""
+    import socket
+
+    try:
+        from ray._private.services import canonicalize_bootstrap_address
+
+        gcs = canonicalize_bootstrap_address(address)
+    except Exception as e:  # noqa: BLE001 - "no running Ray instance" and friends: ray's sentence says it
+        raise RuntimeError(one_line(e, 200)) from None
+    if not gcs:
+        raise RuntimeError("no Ray cluster address (RAY_ADDRESS) and no Ray cluster running on this machine")
+    host, _, port = gcs.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except (OSError, ValueError) as e:
+        why = getattr(e, "strerror", None) or str(e) or type(e).__name__
+        raise RuntimeError(f"nothing answers at the Ray cluster's GCS address {gcs} ({why})") from None
+
+
+_DEVNULL: list[Any] = []
+
+
+def _fault_handler() -> None:
+    """ray.init enables faulthandler on ``sys.stderr``; under the TUI that is Textual's capture, which has no
+    file descriptor, and ray.init fails. Enable it first, on a descriptor that stays valid."""
+    import faulthandler
+    import io
+
+    if faulthandler.is_enabled():
+        return
+    try:
+        faulthandler.enable(all_threads=False)
+    except (ValueError, RuntimeError, io.UnsupportedOperation, AttributeError):  # RuntimeError: fileno() -1
+        if not _DEVNULL:
+            _DEVNULL.append(open(os.devnull, "w"))  # noqa: SIM115 - kept open for the process's life
+        faulthandler.enable(file=_DEVNULL[0], all_threads=False)
+
+
+def _mute_driver_messages() -> None:
+    """A driver prints the cluster's error messages ("(raylet) The node ... has been marked dead") to this
+    process's stdout from a thread of its own, even with ``log_to_driver=False``: into the middle of the TUI or
+    of ``--json`` output. verltop reports what matters to it (a node that left) itself, so they are dropped."""
+    try:
+        import ray._private.worker as w
+
+        w.print_to_stdstream = lambda *args, **kwargs: None
+    except (ImportError, AttributeError):
+        pass
+
+
+@dataclass(frozen=True, slots=True)
+class RayNode:
+    """What the GCS says of a node (``ray.nodes()``)."""
+
+    node_id: str
+    alive: bool
+    ip: str | None
+    hostname: str | None
+    session_dir: str | None
+    gpus: float
+    death: str | None = None
+
+
+def ray_nodes() -> dict[str, RayNode]:
+    """Every node the GCS knows, alive or not, by node id."""
+    import ray
+
+    out = {}
+    for n in ray.nodes():
+        sock = n.get("RayletSocketName") or ""
+        # <session dir>/sockets/raylet[.N]: where this node's Ray writes its logs
+        session = os.path.dirname(os.path.dirname(sock)) if "/sockets/" in sock else None
+        death = n.get("DeathReasonMessage") or n.get("DeathReason") or None
+        out[n["NodeID"]] = RayNode(n["NodeID"], bool(n.get("Alive")), n.get("NodeManagerAddress"),
+                                   n.get("NodeManagerHostname"), session, float((n.get("Resources") or {}).get("GPU", 0)),
+                                   str(death) if death else None)
+    return out
+

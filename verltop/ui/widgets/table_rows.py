@@ -1,0 +1,127 @@
+"""The actor table's row model: actors grouped, sorted and filtered into the rows to show, with the pending
+work first, each actor's open process tree under it, and the orphans last."""
+
+from __future__ import annotations
+
+import re
+
+from rich.text import Text
+
+from verltop import fmt
+from verltop.model import ActorRow, GroupWork, Snapshot
+from verltop.ui.widgets import pending_rows
+from verltop.ui.widgets import process_rows as PR
+from verltop.ui.widgets.table_cells import growth_bytes_per_min
+from verltop.ui.widgets.table_types import Row
+
+GROUPINGS = ("group", "role", "node")
+SORTS = ("rank", "gpu", "cpu", "mem", "age", "growth")
+
+
+def group_of(a: ActorRow, grouping: str) -> str:
+    if grouping == "role":
+        return a.role
+    if grouping == "node":
+        return a.node_ip or a.node_id or "?"
+    if a.role == "controller":
+        return "controller"
+    if a.worker_group:
+        return a.worker_group
+    return a.role
+
+
+def header_text(name: str, members: list[ActorRow], grouping: str, work: GroupWork | None = None) -> Text:
+    """A group row: ``▼ name  roles it hosts  N ranks  S stalled  D dead  R restarts  P pending  T retries``."""
+    stalled = sum(1 for m in members if m.stalled)
+    dead = sum(1 for m in members if m.state in ("DEAD", "RESTARTING"))
+    restarts = sum(m.num_restarts or 0 for m in members)
+    t = Text("▼ ", style="grey50")
+    t.append(name, style="bold cyan")
+    if grouping == "group" and members[0].worker_group:
+        roles = sorted({r for m in members for r in m.roles})
+        t.append("  " + "+".join(roles), style="cyan")
+    worlds = {m.world_size for m in members if m.world_size}
+    n = len(members)
+    if len(worlds) == 1 and members[0].worker_group:
+        w = worlds.pop()
+        count = f"{n} ranks" if w == n else f"{n} of {w} ranks"
+    else:
+        count = fmt.plural(n, "actor")
+    t.append(f"  {count}", style="grey70")
+    if stalled:
+        t.append(f"  {stalled} stalled", style="bold red")
+    if dead:
+        t.append(f"  {dead} dead", style="grey50")
+    if restarts:
+        t.append(f"  ↻ {fmt.plural(restarts, 'restart')}", style="dark_orange")
+    if work is not None:
+        if work.pending:
+            t.append(f"  {work.pending} pending", style="yellow")
+        if work.retries:
+            t.append(f"  {work.retries} {'retry' if work.retries == 1 else 'retries'}", style="dark_orange")
+    return t
+
+
+def _sort_value(a: ActorRow, sort: str) -> tuple:
+    if sort == "gpu":
+        return (-(a.gpu_util_percent or -1),)
+    if sort == "cpu":
+        return (-(a.cpu_percent or -1),)
+    if sort == "mem":
+        return (-(a.rss_bytes or -1),)
+    if sort == "age":
+        return (-(a.task_running_s or -1),)
+    if sort == "growth":
+        g = growth_bytes_per_min(a)
+        return (g is None, -(g or 0.0))
+    return ()
+
+
+def matches(a: ActorRow, rx: re.Pattern[str] | None, invert: bool) -> bool:
+    """Does the filter keep the actor? Its own fields, or one of its processes' titles."""
+    if rx is None:
+        return True
+    hay = " ".join(str(x) for x in (a.role, " ".join(a.roles), a.worker_group, a.actor_name, a.class_name,
+                                    a.node_ip, a.pid, a.rank, a.task, a.state, a.stall_reason) if x is not None)
+    hit = rx.search(hay) is not None or PR.matches_title(a, rx)
+    return hit != invert
+
+
+def layout_rows(snap: Snapshot, grouping: str, sort: str, rx: re.Pattern[str] | None = None,
+                invert: bool = False, toggled: dict[str, bool] | None = None) -> list[Row]:
+    """The ordered rows to show: group headers followed by their actors, each actor followed by its child
+    processes when its tree is open (``toggled``: the user's choices by actor id, over
+    ``process_rows.default_open``), and the orphans' group last."""
+    groups: dict[str, list[ActorRow]] = {}
+    for a in snap.actors:
+        if matches(a, rx, invert):
+            groups.setdefault(group_of(a, grouping), []).append(a)
+    toggled = toggled or {}
+    defaults = PR.default_open(snap.actors)
+    rows: list[Row] = []
+    if snap.pending:  # what Ray has not placed yet comes first: it is why nothing else moves
+        shown = [p for p in pending_rows.listed(snap) if pending_rows.matches(p, rx, invert)]
+        rows.append(Row(pending_rows.GROUP_KEY, header=pending_rows.header(snap)))
+        rows.extend(Row(pending_rows.key_of(p), pending=p) for p in shown)
+    work = {w.group: w for w in snap.work} if grouping == "group" else {}
+    for name, members in groups.items():  # snapshot order: controller, groups, others
+        if sort != "rank":
+            members = sorted(members, key=lambda a: _sort_value(a, sort))
+        rows.append(Row(f"grp:{grouping}:{name}", header=header_text(name, members, grouping, work.get(name))))
+        for a in members:
+            if not a.processes:
+                rows.append(Row(a.actor_id, actor=a))
+                continue
+            open_ = PR.is_open(a, toggled, defaults)
+            rows.append(Row(a.actor_id, actor=a, marker="▾" if open_ else "▸"))
+            if open_:
+                rows.extend(Row(f"proc:{a.actor_id}:{p.pid}", proc=p, parent=a, branch=b)
+                            for p, b in zip(a.processes, PR.branches(a.processes), strict=True))
+    if snap.orphans and not invert and (rx is None or any(o.title and rx.search(o.title) for o in snap.orphans)):
+        rows.append(Row("grp:orphans", header=PR.orphans_header(snap.orphans)))
+        names = {a.actor_id: a.actor_name or a.class_name for a in snap.actors}
+        rows.extend(Row(f"orphan:{o.node_id}:{o.pid}", proc=o, branch=b[2:] if o.depth > 1 else "",
+                        note=PR.orphan_note(o, names))
+                    for o, b in zip(snap.orphans, PR.branches(snap.orphans), strict=True))
+    return rows
+
