@@ -249,7 +249,7 @@ def tree_snapshot() -> Snapshot:
 
 
 def test_process_tree_open(snap_compare):
-    """The rollout server's tree open (``c`` toggles it; it starts open, its workers hold GPU memory):
+    """The rollout server's tree closed and opened again with ``c`` (it starts open: its workers hold GPU memory):
     ``▾`` on its role, then └ VLLM::EngineCore_DP0 with ├ VLLM::Worker_TP0 and └ VLLM::Worker_TP1 under it,
     each with its PID, GPU 0 and GPU memory; the server's row carries its workers' memory."""
     snap = tree_snapshot()
@@ -258,7 +258,11 @@ def test_process_tree_open(snap_compare):
         from verltop.ui.widgets.actor_table import ActorTable
 
         t = pilot.app.screen.query_one(ActorTable)
-        await settle(pilot, lambda: t.row_count >= 4, "the server and its three processes")
+        await settle(pilot, lambda: t.row_count == 5, "the server's group, the server and its three processes")
+        await pilot.press("c")  # closed: the group and the server
+        await settle(pilot, lambda: t.row_count == 2, "the tree to close")
+        await pilot.press("c")  # open again
+        await settle(pilot, lambda: t.row_count == 5, "the tree to open")
         await pilot.pause()
 
     assert snap_compare(VerltopApp(OneSnapshot(snap)), terminal_size=(120, 24), run_before=run)
