@@ -226,6 +226,7 @@ def test_replay(snap_compare, tmp_path, utc):
         await settle(pilot, lambda: app.snapshot.taken_at == snaps[12].taken_at, "the incident's lead-in")
         await pilot.press("shift+right")
         await settle(pilot, lambda: any(a.stalled for a in app.snapshot.actors), "stalled rows")
+        app.screen.tick(app.engine.clock())  # ages run on to the replay's clock, as the next second's tick does
         await pilot.pause()
 
     assert snap_compare(VerltopApp(engine), terminal_size=(120, 30), run_before=run)
