@@ -59,12 +59,21 @@ def links(path: Path) -> list[str]:
     return [u for u in LINK.findall(text) if not re.match(r"[a-z]+:", u) and not u.startswith("#")]
 
 
+def anchors(path: Path) -> set[str]:
+    """The anchors GitHub gives a markdown file's headings."""
+    text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+            for h in re.findall(r"^#+ (.+)$", text, flags=re.M)}
+
+
 def test_every_relative_link_leads_to_a_file():
+    """And to a heading of it, where the link names one."""
     missing = []
     for md in [README, *DOCS]:
         for url in links(md):
-            target = (md.parent / unquote(url.split("#", 1)[0])).resolve()
-            if not target.exists():
+            file, _, anchor = unquote(url).partition("#")
+            target = (md.parent / file).resolve()
+            if not target.exists() or (anchor and target.suffix == ".md" and anchor not in anchors(target)):
                 missing.append(f"{md.relative_to(ROOT)}: {url}")
     assert not missing, missing
 
