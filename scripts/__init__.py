@@ -1,3 +1,3 @@
 """verltop's user-facing tools, run as modules from the repository root (``python -m scripts.bench``):
-bench, soak, screenshots, fake_dashboard and gpu_check. They may import ``tests`` (the synthetic
+bench, soak, fake_dashboard and gpu_check. They may import ``tests`` (the synthetic
 dashboard, analysis helpers) because ``-m`` puts the repository root on ``sys.path``."""
