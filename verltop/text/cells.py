@@ -58,6 +58,7 @@ def age(s: float | None) -> str:
 
 
 def pct(v: float | None) -> str:
+    """A percentage, whole: ``42%``; ``-`` when unknown."""
     return "-" if v is None else f"{v:.0f}%"
 
 
@@ -71,6 +72,7 @@ def ratio(r: float | None) -> str:
 
 
 def plural(n: int, word: str) -> str:
+    """``1 node``, ``3 nodes``."""
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 

@@ -60,6 +60,7 @@ def snapshot_json(s: Snapshot) -> dict[str, Any]:
 
 
 def node_json(n: Node) -> dict[str, Any]:
+    """A node with its GPUs (``nodes[]``)."""
     return {
         "node_id": n.node_id,
         "ip": n.ip,
@@ -85,6 +86,7 @@ def node_json(n: Node) -> dict[str, Any]:
 
 
 def actor_json(a: ActorRow) -> dict[str, Any]:
+    """One actor (``actors[]``): its rank, task, use, stalls and processes."""
     return {
         "actor_id": a.actor_id,
         "actor_name": a.actor_name,
@@ -118,6 +120,7 @@ def actor_json(a: ActorRow) -> dict[str, Any]:
 
 
 def stall_json(st: Stall) -> dict[str, Any]:
+    """One stall rule that fired (``actors[].stalls[]``), its numbers and its sentence."""
     return {"rule": st.rule, "running_s": _round(st.running_s), "method": st.method,
             "median_s": _round(st.median_s), "ratio": _round(st.ratio), "limit_s": _round(st.limit_s),
             "peers": st.peers, "peers_done_s": _round(st.peers_done_s), "state": st.state,
@@ -139,6 +142,7 @@ def orphan_json(p: ProcRow) -> dict[str, Any]:
 
 
 def pending_json(p: PendingItem) -> dict[str, Any]:
+    """A placement group, actor or task Ray has not placed (``pending[]``), and why."""
     return {
         "kind": p.kind,
         "id": p.id,
@@ -154,6 +158,7 @@ def pending_json(p: PendingItem) -> dict[str, Any]:
 
 
 def step_json(st: Step) -> dict[str, Any]:
+    """One training step (``steps[]``): seconds per phase and the arrival skew of each."""
     ph, sk = dict(st.phases), dict(st.skew_s)
     return {"index": st.index, "started_at": round(st.started_at, 3), "duration_s": _round(st.duration_s),
             "phases": {p: _round(ph.get(p)) for p in PHASES},
@@ -176,6 +181,7 @@ def dump_json(r: DumpReport) -> dict[str, Any]:
 
 
 def rank_json(x: RankDump) -> dict[str, Any]:
+    """One dumped process (``ranks[]``): its actor's fields, where it waits, its stack."""
     a = x.actor
     return {
         "actor_id": None if x.is_driver else a.actor_id,
@@ -203,14 +209,17 @@ def rank_json(x: RankDump) -> dict[str, Any]:
 
 
 def frame_json(f: Frame) -> dict[str, Any]:
+    """One stack frame."""
     return {"func": f.func, "file": f.file, "line": f.line}
 
 
 def blocked_json(b: BlockedOn) -> dict[str, Any]:
+    """The call a rank waits in, and the frame that made it."""
     return {"op": b.op, "frame": b.frame}
 
 
 def collective_json(c: CollectiveInfo) -> dict[str, Any]:
+    """The collective a rank is in, from the Flight Recorder or the watchdog's log."""
     return {
         "source": c.source,
         "op": c.op,
@@ -222,10 +231,12 @@ def collective_json(c: CollectiveInfo) -> dict[str, Any]:
 
 
 def death_json(d: Death) -> dict[str, Any]:
+    """Why a process died."""
     return {"kind": d.kind, "detail": d.detail}
 
 
 def group_json(g: StackGroup) -> dict[str, Any]:
+    """Ranks with the same stack (``groups[]``), frames as ``file:line func``."""
     return {
         "ranks": list(g.ranks),
         "blocked_on": blocked_json(g.blocked_on) if g.blocked_on else None,
@@ -234,19 +245,23 @@ def group_json(g: StackGroup) -> dict[str, Any]:
 
 
 def suspect_json(s: Suspect) -> dict[str, Any]:
+    """A suspect (``suspects[]``): the process (or placement group) and why."""
     return {"actor_id": s.actor_id or None, "worker_group": s.worker_group, "rank": s.rank,
             "pid": s.pid, "reason": s.reason, "placement_group_id": s.placement_group_id}
 
 
 def chain_json(c: Chain) -> dict[str, Any]:
+    """A wait chain (``chains[]``): its hops from the top, and where it ends."""
     return {"path": [link_json(p) for p in c.path], "ends_in": chain_end_json(c.ends_in)}
 
 
 def link_json(lk: ChainLink) -> dict[str, Any]:
+    """One hop of a wait chain."""
     return {"actor_id": lk.actor_id, "actor_name": lk.actor_name, "task": lk.task, "pid": lk.pid}
 
 
 def chain_end_json(e: ChainEnd) -> dict[str, Any]:
+    """Where a wait chain ends, and why there."""
     return {"pid": e.pid, "process": e.process, "frame": e.frame, "reason": e.reason,
             "placement_group_id": e.placement_group_id}
 
@@ -262,10 +277,12 @@ def doctor_json(r: DoctorReport) -> dict[str, Any]:
 
 
 def doctor_node_json(n: DoctorNode) -> dict[str, Any]:
+    """One node's column: its checks by name, or why it could not be checked."""
     return {"node_id": n.node_id, "ip": n.ip, "hostname": n.hostname, "label": n.label,
             "is_head": n.is_head, "checks": dict(n.checks), "error": n.error.text if n.error else None}
 
 
 def mismatch_json(m: Mismatch) -> dict[str, Any]:
+    """A check that differs between nodes: the values, the majority, the odd ones out."""
     return {"check": m.check, "values": dict(m.values), "majority": m.majority,
             "deviants": list(m.deviants), "text": m.problem.text}

@@ -12,6 +12,7 @@ from verltop.text.stacks import tree_text
 
 
 def dump_text(r: DumpReport) -> str:
+    """``verltop dump``: the wait chains, the suspects, each rank's wait, the merged stacks, the classes."""
     out = []
     ok = sum(1 for x in r.ranks if x.error is None)
     out.append(f"verltop dump: {ok}/{len(r.ranks)} ranks dumped, {r.samples} sample(s)"

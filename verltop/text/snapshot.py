@@ -12,6 +12,8 @@ from verltop.text.stalls import stall_reasons
 
 
 def snapshot_text(s: Snapshot) -> str:
+    """``verltop snapshot``: the header line, the last steps, warnings, what is pending, the actors (with their
+    processes) and the orphans."""
     gpus = sum(len(n.gpus) for n in s.nodes)
     dead = sum(1 for n in s.nodes if n.state != "ALIVE")
     nodes = f"{len(s.nodes) - dead} ({dead} dead)" if dead else str(len(s.nodes))
