@@ -222,12 +222,14 @@ async def _snapshot(args: argparse.Namespace) -> int:
     snap = mon.snapshot()
     await mon.stop()
     if args.json:
-        json.dump(snap.to_json(), sys.stdout, indent=1)
+        from verltop.text.contract import snapshot_json
+
+        json.dump(snapshot_json(snap), sys.stdout, indent=1)
         sys.stdout.write("\n")
         if snap.truncated:  # the JSON has no field for it; a script's user must still learn of it
             print(f"verltop: warning: {snap.truncated}", file=sys.stderr)
     else:
-        from verltop.text import snapshot_text
+        from verltop.text.snapshot import snapshot_text
 
         print(snapshot_text(snap))
     return 0
@@ -272,7 +274,9 @@ async def _dump(args: argparse.Namespace, prefetch: Any = None) -> int:
             snap = mon.snapshot()
             pgs = [p for p in snap.pending if p.kind == "placement_group"]
             if pgs:  # the workers do not exist yet: say what holds them up instead
-                why = "; ".join(f"placement group {p.name or p.id} is not placed: {p.reason}" for p in pgs[:3])
+                from verltop.text.pending import not_placed
+
+                why = "; ".join(not_placed(p) for p in pgs[:3])
                 raise UserError(f"no {what} to dump on {snap.address} yet: {why}")
         with children_by_pidfd():
             report = await job.run() if job.targets or job.waiting_jobs else None
@@ -284,19 +288,20 @@ async def _dump(args: argparse.Namespace, prefetch: Any = None) -> int:
     if report is None or not report.ranks:
         what = f"worker group {args.group!r}" if args.group else "verl workers or controller"
         raise UserError(f"no {what} found on {mon.address} ({len(mon.src.actors.value or [])} actors)")
-    from verltop.text import dump_text, full_stacks_text
+    from verltop.text.contract import dump_json
+    from verltop.text.dump import dump_text, full_stacks_text
 
     if args.output:
         from verltop.engine.save import write_private
 
-        body = json.dumps(report.to_json(), indent=1) if args.json else dump_text(report) + "\n\n" + \
+        body = json.dumps(dump_json(report), indent=1) if args.json else dump_text(report) + "\n\n" + \
             full_stacks_text(report)
         try:
             write_private(args.output, body, overwrite=args.force)
         except OSError as e:
             raise UserError(f"cannot write {args.output}: {e.strerror or e}") from None
     if args.json:
-        json.dump(report.to_json(), sys.stdout, indent=1)
+        json.dump(dump_json(report), sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
         print(dump_text(report))
@@ -312,6 +317,7 @@ async def _doctor(args: argparse.Namespace) -> int:
     """Exit 0: the nodes agree and nothing is wrong; 1: a mismatch or a problem; 2: the check could not run."""
     from verltop.engine.monitor import Monitor
     from verltop.sources.config import resolve
+    from verltop.text.doctor import stage_text
 
     iv, st = _settings(args)
     mon = Monitor(resolve(args.address), iv, st, use_local=False, transport="stdlib")
@@ -321,10 +327,9 @@ async def _doctor(args: argparse.Namespace) -> int:
     def progress(p: Any) -> None:
         if not tty:
             return
-        what = {"nodes": "listing nodes", "connect": "joining the Ray cluster",
-                "probe": f"probing nodes: {p.done}/{p.total} answered", "path": "checking the shared directory"}
-        if p.stage in what:
-            sys.stderr.write(f"\r\x1b[K{what[p.stage]}…")
+        what = stage_text(p.stage, p.done, p.total)
+        if what is not None:
+            sys.stderr.write(f"\r\x1b[Kchecking every node: {what}…")
         elif p.stage in ("done", "failed"):
             sys.stderr.write("\r\x1b[K")
         sys.stderr.flush()
@@ -337,10 +342,12 @@ async def _doctor(args: argparse.Namespace) -> int:
     if report is None:
         raise UserError(job.problem.text if job.problem else "the check could not run")
     if args.json:
-        json.dump(report.to_json(), sys.stdout, indent=1)
+        from verltop.text.contract import doctor_json
+
+        json.dump(doctor_json(report), sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        from verltop.text import doctor_text
+        from verltop.text.doctor import doctor_text
 
         print(doctor_text(report, color=sys.stdout.isatty() and "NO_COLOR" not in os.environ))
     return 0 if report.ok else 1

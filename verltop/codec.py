@@ -1,7 +1,8 @@
 """The model as plain JSON data, every field of it, and back: what recordings store.
 
-The public contracts (``snapshot --json``, ``dump --json``) are views made for scripts: they drop fields a
-view needs (node ids, task start times, every sample of a dump) and add derived ones (``stall_reason``).
+The public contracts (``snapshot --json``, ``dump --json``: ``verltop.text.contract``) are views made for
+scripts: they drop fields a view needs (node ids, task start times, every sample of a dump) and add derived
+ones (``stall_reason``).
 A recording must rebuild the very objects the screens were given, so it stores each dataclass field by its
 name, as the type hints of ``verltop.model`` say, and decodes by the same hints:
 

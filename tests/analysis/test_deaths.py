@@ -19,7 +19,8 @@ from verltop.model import Death, ProcessDump
 from verltop.sources import parse
 from verltop.sources.pyspy import parse_json
 from verltop.sources.watchdog import parse_watchdog
-from verltop.text import dump_text
+from verltop.text.contract import dump_json
+from verltop.text.dump import dump_text
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 X2 = FIX / "real-gpu-run" / "x2-straggler"
@@ -99,7 +100,7 @@ def test_h200_post_mortem_dump_names_the_rank_that_never_reached_the_collective(
     assert why.startswith("not in all_reduce with rank 0 of x2s (rank 0 timed out in it and died): it is in "
                           "actor_rollout_update_actor at device_gpu_job.py:153 WorkerDict.generate_sequences"), why
     assert "never reached collective #5 (its last enqueued work is #4)" in why
-    doc = rep.to_json()
+    doc = dump_json(rep)
     (d0,) = [r for r in doc["ranks"] if r["actor_id"] == "a0"]
     assert d0["death"] == {"kind": "nccl_timeout", "detail": deaths["a0"].detail}
     assert doc["suspects"][0]["pid"] == 100
@@ -166,9 +167,9 @@ def test_host_oom_and_exits():
 
 def test_rank_dump_json_fields_are_always_there():
     rep = analyse([row("a0"), row("a1", rank=1)], {"a0": [sleeping()], "a1": [sleeping()]}, 0.0)
-    for r in rep.to_json()["ranks"]:
+    for r in dump_json(rep)["ranks"]:
         assert r["process"] is None and r["parent_pid"] is None and r["death"] is None
-    assert rep.to_json()["chains"] == []
+    assert dump_json(rep)["chains"] == []
 
 
 def test_a_group_that_died_whole_names_the_rank_whose_death_was_its_own():

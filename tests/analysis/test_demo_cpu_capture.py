@@ -4,7 +4,8 @@ through today's engine: the dashboard's answers into ``Monitor``, its tracebacks
 from __future__ import annotations
 
 from tests.captures import Replay, demo_cpu
-from verltop.text import dump_text
+from verltop.text.dump import dump_text
+from verltop.text.stalls import stall_reason
 
 HUNG = "kxZQHdWorkerDict_0:2"
 
@@ -22,7 +23,7 @@ async def test_snapshot_of_a_cluster_without_gpu():
         "actor_rollout", ("actor_rollout", "critic"), 4, "actor_rollout_update_actor")
     (st,) = a2.stalls
     assert st.rule == "median" and st.running_s == a2.task_running_s
-    assert st.reason.startswith("running 22× longer than usual (46s vs median 2.1s")
+    assert stall_reason(st).startswith("running 22× longer than usual (46s vs median 2.1s")
     assert {a.role for a in snap.actors if not a.task} == {"ref", "rm"}
     assert snap.phase == "update_actor" and snap.gpu_note is None
 

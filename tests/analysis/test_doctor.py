@@ -17,10 +17,10 @@ from verltop.analysis.doctor import (
     labels,
     majority,
     nccl_ifname_matches,
-    summary_text,
-    value_text,
 )
 from verltop.model import Problem
+from verltop.text.contract import doctor_json
+from verltop.text.doctor import doctor_summary, value_text
 
 GIB = 1 << 30
 
@@ -143,15 +143,15 @@ def test_cuda_visible_devices_is_the_raylets():
 
 
 def test_equal_nodes_have_no_mismatch_and_no_problem():
-    r = build_report(cluster(), now=100.0)
+    r = build_report(cluster(), now=100.0, show=value_text)
     assert r.ok and r.mismatches == () and r.problems == ()
     assert [n.is_head for n in r.nodes] == [True, False, False, False]
     assert r.nodes[0].get("gpu.count") == 8 and r.nodes[0].get("env.NCCL_SOCKET_IFNAME") == "eth0"
     assert r.nodes[0].get("iface.NCCL_SOCKET_IFNAME") == "eth0"
     assert r.nodes[0].get("env.source") == "8 workers"
     assert "CUDA_VISIBLE_DEVICES" not in " ".join(r.checks)  # the raylet has none: nothing to show
-    assert summary_text(r).startswith("4 nodes checked: they agree")
-    j = r.to_json()
+    assert doctor_summary(r).startswith("4 nodes checked: they agree")
+    j = doctor_json(r)
     assert set(j) >= {"nodes", "mismatches", "problems"}
     assert set(j["nodes"][0]) >= {"node_id", "ip", "hostname", "checks"}
 
@@ -164,7 +164,7 @@ def test_one_node_with_another_nccl_setting_and_package_version():
     for w in f["env"]["workers"]:
         w["NCCL_SOCKET_IFNAME"] = "lo"
     nodes = [node(1), node(2), node(3, f), node(4)]
-    r = build_report(nodes, now=0.0)
+    r = build_report(nodes, now=0.0, show=value_text)
     assert [m.check for m in r.mismatches] == ["transformers", "env.NCCL_SOCKET_IFNAME"]
     assert r.problems == ()
     m = r.mismatches[1]
@@ -174,7 +174,7 @@ def test_one_node_with_another_nccl_setting_and_package_version():
     assert "runtime_env" in (m.problem.remedy or "")
     assert r.mismatches[0].problem.remedy.startswith("install transformers==4.57.1 on every node")
     assert cell_marks(r) == {("transformers", "10.0.0.3"): "mismatch", ("env.NCCL_SOCKET_IFNAME", "10.0.0.3"): "mismatch"}
-    assert r.to_json()["mismatches"][1]["values"] == {"10.0.0.1": "eth0", "10.0.0.2": "eth0", "10.0.0.3": "lo",
+    assert doctor_json(r)["mismatches"][1]["values"] == {"10.0.0.1": "eth0", "10.0.0.2": "eth0", "10.0.0.3": "lo",
                                                       "10.0.0.4": "eth0"}
 
 
@@ -183,7 +183,7 @@ def test_a_variable_set_on_one_node_only_is_unset_elsewhere():
     f["env"] = copy.deepcopy(f["env"])
     for w in f["env"]["workers"]:
         w["NCCL_P2P_DISABLE"] = "1"
-    r = build_report([node(1), node(2, f), node(3)], now=0.0)
+    r = build_report([node(1), node(2, f), node(3)], now=0.0, show=value_text)
     (m,) = r.mismatches
     assert m.check == "env.NCCL_P2P_DISABLE" and dict(m.values) == {"10.0.0.1": "unset", "10.0.0.2": "1",
                                                                       "10.0.0.3": "unset"}
@@ -192,11 +192,11 @@ def test_a_variable_set_on_one_node_only_is_unset_elsewhere():
 def test_gpu_rows_compare_gpu_nodes_only():
     cpu_head = facts(gpus={"error": "no NVML (NVML Shared Library Not Found)"})
     nodes = [node(1, cpu_head, ray_gpus=0.0), node(2), node(3)]
-    r = build_report(nodes, now=0.0)
+    r = build_report(nodes, now=0.0, show=value_text)
     assert r.ok, [m.problem.text for m in r.mismatches] + [p.text for p in r.problems]
     assert r.nodes[0].get("nvidia.driver") == "no NVML" and r.nodes[0].get("gpu.count") == 0
     old = facts(gpus={**facts()["gpus"], "driver": "535.54.03", "cuda": "12.2"})
-    r = build_report([node(1, cpu_head, ray_gpus=0.0), node(2), node(3), node(4, old)], now=0.0)
+    r = build_report([node(1, cpu_head, ray_gpus=0.0), node(2), node(3), node(4, old)], now=0.0, show=value_text)
     assert {m.check for m in r.mismatches} == {"nvidia.driver", "nvidia.cuda"}
     assert all(m.deviants == ("10.0.0.4",) for m in r.mismatches)
     # and the driver is too old for torch's CUDA there
@@ -206,7 +206,7 @@ def test_gpu_rows_compare_gpu_nodes_only():
 
 def test_ray_gpus_without_nvml_is_a_problem():
     broken = facts(gpus={"error": "no NVML (Driver Not Loaded)"})
-    r = build_report([node(1), node(2, broken)], now=0.0)
+    r = build_report([node(1), node(2, broken)], now=0.0, show=value_text)
     (p,) = r.problems
     assert p.nodes == ("10.0.0.2",) and "Ray counts 8 GPUs there but no NVML (Driver Not Loaded)" in p.text
 
@@ -217,7 +217,7 @@ def test_gpu_health_problems():
     g["gpus"][5]["remap_pending"] = True
     g["gpus"][6]["remap_failed"] = True
     f = facts(gpus=g, xid={"xids": {"79": 1, "13": 4}})
-    r = build_report([node(1), node(2, f), node(3)], now=0.0)
+    r = build_report([node(1), node(2, f), node(3)], now=0.0, show=value_text)
     checks = [p.check for p in r.problems]
     assert checks == ["gpu.ecc_uncorrected", "gpu.pending_repair", "gpu.pending_repair", "gpu.xid"], checks
     text = " / ".join(p.text for p in r.problems)
@@ -230,7 +230,7 @@ def test_gpu_health_problems():
 
 def test_interface_that_does_not_exist():
     f = facts(interfaces={"lo": "unknown", "ens5": "up"})
-    r = build_report([node(1), node(2, f)], now=0.0)
+    r = build_report([node(1), node(2, f)], now=0.0, show=value_text)
     (p,) = r.problems
     assert p.check == "iface.NCCL_SOCKET_IFNAME" and p.nodes == ("10.0.0.2",)
     assert "NCCL_SOCKET_IFNAME=eth0 names no interface there" in p.text and "ens5, lo" in p.text
@@ -241,7 +241,7 @@ def test_disk_and_clock_limits():
     full = facts(disk_logs={"path": "/tmp/ray/s/logs", "free_bytes": GIB // 2, "total_bytes": 100 * GIB},
                  disk_tmp={"path": "/tmp", "free_bytes": 3 * GIB, "total_bytes": 100 * GIB})
     r = build_report([node(1), node(2, full, clock_offset_s=2.5), node(3, clock_offset_s=1.2, clock_rtt_s=0.5)],
-                     now=0.0)
+                     now=0.0, show=value_text)
     checks = [(p.check, p.nodes) for p in r.problems]
     assert ("disk.ray_logs_free_bytes", ("10.0.0.2",)) in checks
     assert ("disk.tmp_free_bytes", ("10.0.0.2",)) in checks  # 97 % used
@@ -253,13 +253,13 @@ def test_disk_and_clock_limits():
 def test_a_node_that_could_not_be_checked():
     gone = node(3, None, facts=None, error=Problem("node_left", "the node left the cluster during the check",
                                                    "see `ray status`"), clock_offset_s=None)
-    r = build_report([node(1), node(2), gone], now=0.0)
+    r = build_report([node(1), node(2), gone], now=0.0, show=value_text)
     assert r.mismatches == ()  # unknown values take no part
     (p,) = r.problems
     assert p.nodes == ("10.0.0.3",) and "10.0.0.3: could not be checked: the node left" in p.text
     col = r.nodes[2]
     assert col.get("probe") == "the node left the cluster during the check" and col.get("torch") is None
-    assert r.to_json()["nodes"][2]["error"].startswith("the node left")
+    assert doctor_json(r)["nodes"][2]["error"].startswith("the node left")
 
 
 def test_shared_directory():
@@ -268,7 +268,7 @@ def test_shared_directory():
     nodes = [node(1, path_write=ok, path_read={ids[1]: "ok", ids[2]: "ok"}),
              node(2, path_write=ok, path_read={ids[0]: "ok", ids[2]: "No such file or directory"}),
              node(3, path_write={"ok": False, "error": "Permission denied"}, path_read={ids[0]: "ok"})]
-    r = build_report(nodes, now=0.0, path="/shared")
+    r = build_report(nodes, now=0.0, show=value_text, path="/shared")
     assert r.nodes[0].get("path.read_back") == "ok (2 other nodes)"
     assert r.nodes[1].get("path.read_back") == "10.0.0.3's file: No such file or directory"
     assert r.nodes[2].get("path.write") == "Permission denied"
@@ -279,15 +279,7 @@ def test_shared_directory():
 
 def test_the_same_problem_on_every_node_is_one_sentence():
     bad = {"ok": False, "error": "does not exist"}
-    r = build_report([node(i, path_write=bad, path_read={}) for i in (1, 2, 3)], now=0.0, path="/nope")
+    r = build_report([node(i, path_write=bad, path_read={}) for i in (1, 2, 3)], now=0.0, show=value_text, path="/nope")
     (p,) = r.problems
     assert p.nodes == ("10.0.0.1", "10.0.0.2", "10.0.0.3")
     assert p.text.startswith("every node: cannot write to the shared directory: does not exist")
-
-
-def test_value_text():
-    assert value_text("disk.tmp_free_bytes", 3 * GIB) == "3.0G"
-    assert value_text("clock.offset_s", -0.0002) == "+0.000s"
-    assert value_text("clock.offset_s", -1.25) == "-1.250s"
-    assert value_text("torch", None) == "-"
-    assert value_text("gpu.count", 8) == "8"

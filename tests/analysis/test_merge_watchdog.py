@@ -3,8 +3,9 @@ from __future__ import annotations
 from tests.analysis.helpers import in_collective, row, sleeping
 from tests.conftest import load
 from verltop.analysis.dump import analyse
-from verltop.analysis.merge import build_tree, compact_ints, compact_labels, render_tree, tree_text
+from verltop.analysis.merge import build_tree, compact_ints, compact_labels, render_tree
 from verltop.sources.watchdog import parse_watchdog
+from verltop.text.stacks import tree_text
 
 
 def test_compact_ranges():

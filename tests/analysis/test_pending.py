@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from tests.analysis.helpers import controller_in_get, in_collective, row
-from verltop import fmt
 from verltop.analysis.dump import analyse
 from verltop.analysis.pending import (
     NodeCap,
@@ -26,6 +25,9 @@ from verltop.analysis.pending import (
 from verltop.analysis.pending_waits import chain_end
 from verltop.model import Node, PendingItem, RawActor
 from verltop.sources import parse, parse_pending
+from verltop.text.contract import chain_json, pending_json, suspect_json
+from verltop.text.pending import capacity, demand, not_placed, pending_reason, resources
+from verltop.text.stalls import stall_reason, stall_tag
 
 FIX = Path(__file__).parent.parent / "fixtures" / "pending"
 PENDING_KEYS = {"kind", "id", "name", "worker_group", "state", "scheduling_state", "demand", "strategy", "waiting_s",
@@ -93,19 +95,19 @@ def test_infeasible_verl_pool_reason_compares_demand_with_each_node():
     items = build_pending(pd, actors, nodes, now=pd.pgs[0].created_s + 65)
     assert [p.kind for p in items] == ["placement_group", "actor", "actor", "task"]
     pg = items[0]
-    assert pg.to_json().keys() == PENDING_KEYS
+    assert pending_json(pg).keys() == PENDING_KEYS
     assert (pg.strategy, pg.scheduling_state, pg.waiting_s) == ("STRICT_PACK", "INFEASIBLE", 65.0)
-    assert pg.reason == ("2 bundles × {CPU: 10} STRICT_PACK: no node has 20 CPU for all bundles together "
+    assert pending_reason(pg) == ("2 bundles × {CPU: 10} STRICT_PACK: no node has 20 CPU for all bundles together "
                          "(node 192.0.2.2: 4 CPU, 4 free) — infeasible")
-    assert pg.to_json()["demand"] == [{"CPU": 10.0}, {"CPU": 10.0}]
+    assert pending_json(pg)["demand"] == [{"CPU": 10.0}, {"CPU": 10.0}]
     by = {p.name: p for p in items}
     on_pg = by["Wb5vE3DemoWorker_0:0"]
     assert (on_pg.waits_for, on_pg.target, on_pg.scheduling_state) == ("placement_group", "Wb5vE3verl_group_2:0",
                                                                        "INFEASIBLE")
-    assert on_pg.reason == "waits for placement group Wb5vE3verl_group_2:0 (INFEASIBLE)"
+    assert pending_reason(on_pg) == "waits for placement group Wb5vE3verl_group_2:0 (INFEASIBLE)"
     big = by["big_actor_needs_10cpu"]
-    assert big.reason == "{CPU: 10}: no node has 10 CPU (node 192.0.2.2: 4 CPU, 4 free) — infeasible"
-    assert by["needs_ten_cpus"].kind == "task" and by["needs_ten_cpus"].reason == big.reason
+    assert pending_reason(big) == "{CPU: 10}: no node has 10 CPU (node 192.0.2.2: 4 CPU, 4 free) — infeasible"
+    assert by["needs_ten_cpus"].kind == "task" and pending_reason(by["needs_ten_cpus"]) == pending_reason(big)
     # the actor's wait starts when its creation task was submitted, not when verltop first looked
     assert big.waiting_s == pytest.approx(pg.waiting_s - 0.53, abs=0.01)
 
@@ -115,7 +117,7 @@ def test_busy_pool_waits_for_resources_held_by_another_job_then_goes():
     items = build_pending(pd, actors, nodes, now=pd.pgs[0].created_s + 12)
     pg = next(p for p in items if p.kind == "placement_group")
     assert (pg.name, pg.worker_group, pg.scheduling_state) == ("job2verl_group_4:0", "job2", "NO_RESOURCES")
-    assert pg.reason == ("4 bundles × {CPU: 1} STRICT_PACK: no node has 4 CPU free for all bundles together "
+    assert pending_reason(pg) == ("4 bundles × {CPU: 1} STRICT_PACK: no node has 4 CPU free for all bundles together "
                          "(node 192.0.2.2: 4 CPU, 0 free) — waits for resources held by others")
     pd, actors, nodes = moment("busy/released")
     items = build_pending(pd, actors, nodes, now=0.0)
@@ -142,12 +144,12 @@ def test_pack_places_bundle_by_bundle():
         "infeasible", "CPU", 10.0, 16.0, 13.0, 2, 10.0)
     p = PendingItem("placement_group", "x", "p", None, "PENDING", None, ((("CPU", 10.0),),) * 2, "PACK", 1.0,
                     capacity=c)
-    assert p.reason == ("2 bundles × {CPU: 10} PACK: no node has 10 CPU left for bundle 2 (node 192.0.2.2: 16 CPU, "
+    assert pending_reason(p) == ("2 bundles × {CPU: 10} PACK: no node has 10 CPU left for bundle 2 (node 192.0.2.2: 16 CPU, "
                         "13 free, 10 of it for the bundles before) — infeasible")
     two = caps(("a", {"CPU": 16.0}, {"CPU": 13.0}), ("b", {"CPU": 16.0}, {"CPU": 2.0}))
     c = capacity_of(((("CPU", 10.0),),) * 2, "PACK", two)
     assert (c.verdict, c.node_ip, c.node_free, c.taken) == ("busy", "a", 13.0, 10.0)
-    assert fmt.capacity(c) == ("no node has 10 CPU free for bundle 2 (freest node a: 16 CPU, 13 free, 10 of it for the "
+    assert capacity(c) == ("no node has 10 CPU free for bundle 2 (freest node a: 16 CPU, 13 free, 10 of it for the "
                                "bundles before)")
     assert capacity_of(((("CPU", 10.0),),) * 2, "PACK", caps(("a", {"CPU": 16.0}, {"CPU": 16.0}),
                                                              ("b", {"CPU": 16.0}, {"CPU": 10.0}))).verdict == "fits"
@@ -159,17 +161,17 @@ def test_gpu_pool_across_nodes_names_the_missing_gpu():
                  ("10.0.0.2", {"CPU": 96.0, "GPU": 8.0}, {"CPU": 90.0, "GPU": 0.0}))
     c = capacity_of((b,) * 4, "STRICT_PACK", nodes, "NO_RESOURCES")
     assert (c.verdict, c.resource, c.need, c.node_ip, c.node_free) == ("busy", "GPU", 4.0, "10.0.0.1", 2.0)
-    assert fmt.capacity(c).startswith("no node has 4 GPU free for all bundles together (freest node 10.0.0.1: 8 GPU")
+    assert capacity(c).startswith("no node has 4 GPU free for all bundles together (freest node 10.0.0.1: 8 GPU")
     c = capacity_of((b,) * 16, "STRICT_PACK", nodes, "INFEASIBLE")
     assert (c.verdict, c.resource, c.need, c.node_total) == ("infeasible", "GPU", 16.0, 8.0)
-    assert "largest node" in fmt.capacity(c)
+    assert "largest node" in capacity(c)
 
 
 def test_strict_spread_counts_nodes():
     nodes = caps(("a", {"CPU": 4.0}, {"CPU": 4.0}), ("b", {"CPU": 4.0}, {"CPU": 0.0}))
     c = capacity_of(((("CPU", 1.0),),) * 3, "STRICT_SPREAD", nodes)
     assert (c.verdict, c.per, c.need, c.node_total, c.node_free) == ("infeasible", "nodes", 3.0, 2.0, 1.0)
-    assert fmt.capacity(c) == "needs 3 nodes that each hold one bundle; 2 of 2 nodes could, 1 with room now"
+    assert capacity(c) == "needs 3 nodes that each hold one bundle; 2 of 2 nodes could, 1 with room now"
 
 
 def test_custom_resources_match_their_camelcased_use():
@@ -184,14 +186,14 @@ def test_unknown_load_falls_back_to_what_ray_says():
     assert c.verdict == "unknown"
     p = PendingItem("placement_group", "x", "g:0", None, "PENDING", "INFEASIBLE", ((("CPU", 10.0),),), None, 3.0,
                     capacity=c)
-    assert p.reason == "1 bundle {CPU: 10}: no node can ever hold it (Ray: INFEASIBLE)"
+    assert pending_reason(p) == "1 bundle {CPU: 10}: no node can ever hold it (Ray: INFEASIBLE)"
 
 
 def test_names():
     assert pool_prefix("global_poolverl_group_8:0") == "global_pool" and pool_prefix("verl_group_2:0") is None
     assert pool_prefix("my_pg") is None
-    assert fmt.resources((("CPU", 10.0), ("memory", 8 * 2**30))) == "{CPU: 10, memory: 8.0G}"
-    assert fmt.demand(((("CPU", 1.0), ("GPU", 1.0)), (("CPU", 1.0),), (("CPU", 1.0),))) == \
+    assert resources((("CPU", 10.0), ("memory", 8 * 2**30))) == "{CPU: 10, memory: 8.0G}"
+    assert demand(((("CPU", 1.0), ("GPU", 1.0)), (("CPU", 1.0),), (("CPU", 1.0),))) == \
         "3 bundles: {CPU: 1, GPU: 1} + 2 × {CPU: 1}"
 
 
@@ -205,16 +207,16 @@ def test_actor_rows_say_why_they_cannot_start():
     actors, _ = parse.actors(doc("failures/final", "api_v0_actors.json"))
     st = {a.name: startup_stall(a, None, PendingData(), 0.0, **RULES) for a in actors}
     assert st["pip_fail_actor"].rule == "cannot_start"
-    assert st["pip_fail_actor"].reason == ("cannot start: ERROR: No matching distribution found for "
+    assert stall_reason(st["pip_fail_actor"]) == ("cannot start: ERROR: No matching distribution found for "
                                            "this-package-does-not-exist-xyz==9.9")
-    assert st["conda_fail_actor"].reason == "cannot start: ValueError: Could not find Conda executable at conda."
-    assert st["import_error_actor"].tag == ("cannot start: ModuleNotFoundError: No module named "
+    assert stall_reason(st["conda_fail_actor"]) == "cannot start: ValueError: Could not find Conda executable at conda."
+    assert stall_tag(st["import_error_actor"]) == ("cannot start: ModuleNotFoundError: No module named "
                                             "'this_module_does_not_exist_xyz'")
-    assert "No module named 'this_module_does_not_exist_xyz'" in st["import_error_actor"].reason
+    assert "No module named 'this_module_does_not_exist_xyz'" in stall_reason(st["import_error_actor"])
     assert st["raise_in_init_restarts_actor"].cause == "ValueError: boom in __init__ (max_restarts=2)"
     loop = st["restart_loop_actor"]
-    assert (loop.rule, loop.restarts, loop.tag) == ("dead", 5, "DEAD after 5 restarts")
-    assert loop.reason.startswith("actor DEAD after 5 restarts: worker process died (SYSTEM_ERROR)")
+    assert (loop.rule, loop.restarts, stall_tag(loop)) == ("dead", 5, "DEAD after 5 restarts")
+    assert stall_reason(loop).startswith("actor DEAD after 5 restarts: worker process died (SYSTEM_ERROR)")
     # the whole text stays, never cut
     pip = next(a for a in actors if a.name == "pip_fail_actor")
     assert len(pip.death_text) > 2000 and pip.death_text.rstrip().endswith(
@@ -231,11 +233,11 @@ def test_restart_loop_shows_the_count_and_the_last_cause():
     assert startup_stall(a3, None, PendingData(), 100.0, **RULES) is None
     seen = PendingData(restarted_at={a3.actor_id: 95.0}, last_cause={a3.actor_id: "Fatal Python error: Aborted"})
     st = startup_stall(a3, None, seen, 100.0, **RULES)
-    assert (st.rule, st.restarts, st.tag) == ("restarting", 1, "restarted 1×")
-    assert st.reason == "restarted 1 time; last cause: Fatal Python error: Aborted"
+    assert (st.rule, st.restarts, stall_tag(st)) == ("restarting", 1, "restarted 1×")
+    assert stall_reason(st) == "restarted 1 time; last cause: Fatal Python error: Aborted"
     st = startup_stall(a9, None, PendingData(), 100.0, **RULES)
     assert (a9.state, st.restarts) == ("RESTARTING", 4)
-    assert st.reason == "restarting now; restarted 4 times; Ray keeps no cause until it gives up"
+    assert stall_reason(st) == "restarting now; restarted 4 times; Ray keeps no cause until it gives up"
 
 
 def test_pending_actor_is_stalled_only_when_blocked_or_slow():
@@ -247,11 +249,11 @@ def test_pending_actor_is_stalled_only_when_blocked_or_slow():
     later = now + 10
     items = {p.id: p for p in build_pending(pd, actors, nodes, later)}
     st = startup_stall(big, items[big.actor_id], pd, later, **RULES)
-    assert (st.rule, st.tag) == ("pending", "pending: infeasible")
-    assert st.reason.endswith("needs {CPU: 10}, which no node has (infeasible)")
+    assert (st.rule, stall_tag(st)) == ("pending", "pending: infeasible")
+    assert stall_reason(st).endswith("needs {CPU: 10}, which no node has (infeasible)")
     on_pg = next(a for a in actors if a.placement_group_id)
     st = startup_stall(on_pg, items[on_pg.actor_id], pd, later, **RULES)
-    assert st.tag == "pending: PG INFEASIBLE" and "Wb5vE3verl_group_2:0" in st.reason
+    assert stall_tag(st) == "pending: PG INFEASIBLE" and "Wb5vE3verl_group_2:0" in stall_reason(st)
     # a worker merely starting is given a minute
     starting = PendingItem("actor", "a", "w", None, "PENDING_CREATION", None, (), None, 30.0, None, None, "worker")
     assert startup_stall(big, starting, pd, later, **RULES) is None
@@ -264,9 +266,9 @@ def test_controller_waiting_for_workers_that_do_not_exist_names_the_pending_grou
     pd, actors, nodes = moment("infeasible/hung")
     pending = build_pending(pd, actors, nodes, pd.pgs[0].created_s + 300)
     ctl = row("ctl", None, None, "controller", task="run")
-    r = analyse([ctl], {"ctl": [controller_in_get()] * 2}, 0.0, pending=pending)
+    r = analyse([ctl], {"ctl": [controller_in_get()] * 2}, 0.0, pending=pending, not_placed=not_placed)
     (s,) = r.suspects
-    assert s.placement_group_id == pending[0].id and s.actor_id == "" and s.to_json()["actor_id"] is None
+    assert s.placement_group_id == pending[0].id and s.actor_id == "" and suspect_json(s)["actor_id"] is None
     assert s.reason.startswith("the controller waits in ray.get (job.py:92 TaskRunner.run) on workers that do not "
                                "exist yet: placement group Wb5vE3verl_group_2:0")
     assert "no node has 20 CPU" in s.reason and "for 5m00s" in s.reason
@@ -275,10 +277,10 @@ def test_controller_waiting_for_workers_that_do_not_exist_names_the_pending_grou
     actors2 = [row(f"a{i}", rank=i) for i in range(2)] + [ctl]
     samples = {"a0": [in_collective("all_reduce")] * 2, "a1": [in_collective("all_reduce")] * 2,
                "ctl": [controller_in_get()] * 2}
-    r = analyse(actors2, samples, 0.0, pending=pending)
+    r = analyse(actors2, samples, 0.0, pending=pending, not_placed=not_placed)
     assert [x.placement_group_id for x in r.suspects] == [pending[0].id]
     # without a controller in ray.get the pending group is still a suspect, a weaker one
-    r = analyse([], {}, 0.0, pending=pending)
+    r = analyse([], {}, 0.0, pending=pending, not_placed=not_placed)
     assert r.suspects[0].score == 50.0 and r.suspects[0].reason.startswith("placement group Wb5vE3verl_group_2:0")
 
 
@@ -297,17 +299,17 @@ def test_the_controllers_wait_chain_ends_in_the_pending_placement_group():
                   class_name="driver", job_id=JOB)
     run_task = task("0" * 16, "TaskRunner.run", ctl_id, driver_task_id(JOB), 10)
     samples = {ctl_id: [controller_in_get()] * 2, drv.actor_id: [controller_in_get()] * 2}
-    r = analyse([ctl, drv], samples, 0.0, tasks=[run_task], pending=pending)
+    r = analyse([ctl, drv], samples, 0.0, tasks=[run_task], pending=pending, not_placed=not_placed)
     (c,) = r.chains
     assert [lk.pid for lk in c.path] == [5, 10]  # driver → TaskRunner.run, as Ray's task tree says
     assert c.ends_in.placement_group_id == pending[0].id and c.ends_in.pid is None
-    assert c.to_json()["ends_in"]["placement_group_id"] == pending[0].id
+    assert chain_json(c)["ends_in"]["placement_group_id"] == pending[0].id
     text = chain_text(c)
     assert text.startswith("driver (pid 5) → ") and "on workers that do not exist yet: placement group " \
         "Wb5vE3verl_group_2:0 is not placed: 2 bundles × {CPU: 10} STRICT_PACK" in text
     # the suspect: the placement group, once
     assert [s.placement_group_id for s in r.suspects] == [pending[0].id]
     # a controller alone (nothing else dumped) gets a chain of its own; without pending work, none
-    r = analyse([ctl], {ctl_id: [controller_in_get()] * 2}, 0.0, pending=pending)
+    r = analyse([ctl], {ctl_id: [controller_in_get()] * 2}, 0.0, pending=pending, not_placed=not_placed)
     assert [(len(c.path), c.ends_in.placement_group_id) for c in r.chains] == [(1, pending[0].id)]
     assert analyse([ctl], {ctl_id: [controller_in_get()] * 2}, 0.0).chains == ()

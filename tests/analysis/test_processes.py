@@ -13,6 +13,7 @@ from verltop.analysis.history import TaskHistory
 from verltop.analysis.view import ClusterData, build_snapshot
 from verltop.model import Gpu, Node, ProcStat, ProcTree, RawActor
 from verltop.sources import parse
+from verltop.text.contract import actor_json, snapshot_json
 
 GIB = 1 << 30
 NOW = 1_800_000_000.0
@@ -59,8 +60,8 @@ def test_children_under_their_actor_with_gpu_memory_summed_on_it():
     assert srv.gpu_mem_bytes == 80 * GIB and srv.gpu_index == 0 and srv.gpu_util_percent == 99.0
     assert srv.gpu_mem_total_bytes == 280 * GIB  # the bar is against both GPUs it uses
     alw = next(a for a in s.actors if a.actor_id == "alw")
-    assert alw.processes == () and alw.processes_read_at == NOW and alw.to_json()["processes"] == []
-    assert s.to_json()["orphans"] == []
+    assert alw.processes == () and alw.processes_read_at == NOW and actor_json(alw)["processes"] == []
+    assert snapshot_json(s)["orphans"] == []
 
 
 def test_actor_with_its_own_gpu_keeps_it_and_adds_the_childrens():
@@ -75,7 +76,7 @@ def test_not_read_is_null_not_empty():
     # an actor on another node (no probe read there), one newer than the tree, and a dead one
     s = snap([actor("srv", 1000), actor("far", 7, node="n2"), actor("new", 3000), actor("dead", 4000, state="DEAD")],
              tree, nodes=(Node("n1", "10.0.0.1", "h1"), Node("n2", "10.0.0.2", "h2")))
-    by = {a.actor_id: a.to_json()["processes"] for a in s.actors}
+    by = {a.actor_id: actor_json(a)["processes"] for a in s.actors}
     assert by["far"] is None and by["new"] is None and by["dead"] is None and len(by["srv"]) == 3
     assert snap([actor("srv", 1000)]).orphans is None  # no tree anywhere: orphans unknown
 
@@ -87,7 +88,7 @@ def test_orphans_name_the_dead_actor_and_hold_gpu_memory():
     tree = ProcTree(NOW, roots=(2000,), loose=loose, left_by=((1001, 1000), (1002, 1000), (1003, 1000)))
     s = snap([actor("srv", 1000, name="vllm_server_0_0", state="DEAD"), actor("alw", 2000, cls="AgentLoopWorker")],
              tree, (gpu(0, [(1002, 40 * GIB), (5000, 3 * GIB)]), gpu(1, [(1003, 40 * GIB)])))
-    j = s.to_json()["orphans"]
+    j = snapshot_json(s)["orphans"]
     assert [(o["pid"], o["ppid"], o["title"], o["gpu_index"], o["gpu_mem_bytes"], o["actor_id"], o["node_ip"])
             for o in j] == [(1001, 1, "VLLM::EngineCore_DP0", None, None, "srv", "10.0.0.1"),
                             (1002, 1001, "VLLM::Worker_TP0", 0, 40 * GIB, "srv", "10.0.0.1"),
@@ -130,7 +131,7 @@ def test_remote_gpu_pids_without_a_tree_are_not_orphans():
                    node_id=node.node_id, pid=1700)
     s = snap([far], nodes=(node,), local_ids=frozenset())
     # without a tree there, pid 9001 may well be the server's engine: unknown, not an orphan
-    assert s.orphans is None and s.actors[0].gpu_mem_bytes is None and s.actors[0].to_json()["processes"] is None
+    assert s.orphans is None and s.actors[0].gpu_mem_bytes is None and actor_json(s.actors[0])["processes"] is None
 
 
 def test_descendants_of_several_local_nodes_of_one_machine():

@@ -31,7 +31,9 @@ from verltop.sources import parse
 from verltop.sources.flight_recorder import load_dump, rank_state, trigger_and_read
 from verltop.sources.local import LocalSampler
 from verltop.sources.pyspy import parse_json, parse_text
-from verltop.text import dump_text
+from verltop.text.contract import snapshot_json
+from verltop.text.dump import dump_text
+from verltop.text.stalls import stall_reasons, stall_tag
 from verltop.ui.screens.stacks import rank_cells
 from verltop.ui.widgets.actor_table import Shown, actor_cell
 
@@ -85,7 +87,7 @@ async def test_snapshot_puts_rank0_on_gpu0_with_its_process_memory(run):
     assert (g.index, g.name, g.util_percent) == (0, "NVIDIA H200", 100.0)
     assert g.mem_used_bytes > a0.gpu_mem_bytes  # the device total holds context and NCCL buffers too
     assert snap.phase == "update_actor"
-    js = next(a for a in snap.to_json()["actors"] if a["actor_name"] == R0)
+    js = next(a for a in snapshot_json(snap)["actors"] if a["actor_name"] == R0)
     assert (js["gpu_index"], js["gpu_mem_bytes"], js["gpu_util_percent"]) == (0, RANK0_MEM, 100.0)
 
 
@@ -317,9 +319,9 @@ async def test_stall_rules_name_the_pegged_gpu():
         default = r.mon.snapshot()
     assert not any(a.stalled for a in default.actors)
     assert [s.rule for s in a0.stalls] == ["age", "gpu_spin"]
-    assert a0.stall_reason == "running 40s (> 20s); GPU 100 % without progress: likely waiting in an NCCL collective"
-    assert [s.tag for s in a0.stalls] == ["> 20s", "GPU 100% no progress"]
-    assert a1.stall_reason == "running 40s (> 20s)" and not ctl.stalled
+    assert stall_reasons(a0) == "running 40s (> 20s); GPU 100 % without progress: likely waiting in an NCCL collective"
+    assert [stall_tag(s) for s in a0.stalls] == ["> 20s", "GPU 100% no progress"]
+    assert stall_reasons(a1) == "running 40s (> 20s)" and not ctl.stalled
 
 
 @pytest.mark.parametrize("run", RUNS)

@@ -36,7 +36,9 @@ from verltop.sources.flight_recorder import load_dump, rank_state, read_local, t
 from verltop.sources.local import LocalSample
 from verltop.sources.pyspy import DumpOptions, parse_json
 from verltop.sources.watchdog import parse_watchdog
-from verltop.text import dump_text
+from verltop.text.contract import collective_json, dump_json
+from verltop.text.dump import dump_text
+from verltop.text.stalls import stall_tag
 from verltop.ui.screens.rank_stack import rank_stack_text
 from verltop.ui.screens.stacks import rank_cells
 from verltop.ui.widgets.actor_table import Shown, actor_cell
@@ -143,8 +145,8 @@ async def test_nvml_reads_name_the_idle_gpu_of_the_straggler(shape):
         data = replace(r.mon.data(r.now), local_node_ids=frozenset({node}), local_gpus=gpus)
         snap = build_snapshot(data, r.mon.hist, r.now, stall)
     a0, a1 = (next(a for a in snap.actors if a.actor_name == n) for n in names(shape))
-    assert [s.tag for s in a0.stalls] == ["> 30s", "GPU 100% no progress"]
-    assert [s.tag for s in a1.stalls] == (["> 30s", "GPU idle"] if shape == S else ["> 30s", "GPU 100% no progress"])
+    assert [stall_tag(s) for s in a0.stalls] == ["> 30s", "GPU 100% no progress"]
+    assert [stall_tag(s) for s in a1.stalls] == (["> 30s", "GPU idle"] if shape == S else ["> 30s", "GPU 100% no progress"])
 
     def cell(a, key):
         c = actor_cell(a, Shown(key, key, 12, True), r.now)
@@ -243,7 +245,7 @@ async def test_straggler_with_the_collective_named(evidence, tmp_path):
     source = EVIDENCE[evidence][2]
     n0, n1 = names(S)
     r0, r1 = rank(report, n0), rank(report, n1)
-    assert r0.collective.to_json() == {"source": source, "op": "all_reduce", "seq": 5, "last_enqueued": 5,
+    assert collective_json(r0.collective) == {"source": source, "op": "all_reduce", "seq": 5, "last_enqueued": 5,
                                        "last_completed": 4, "numel": 16777216}
     assert (r0.collective.timeout_ms, r0.collective.pg) == ((45000, "default_pg") if source == "watchdog_log"
                                                             else (None, None))
@@ -262,7 +264,7 @@ async def test_straggler_with_the_collective_named(evidence, tmp_path):
     assert "cuda_sync [all_reduce seq 5]" in t
     assert report.notes == ((NOTE[S],) if source == "flight_recorder" else ())
     assert (f"note: {NOTE[S]}" in t.splitlines()) == (source == "flight_recorder")
-    assert report.to_json()["notes"] == list(report.notes)
+    assert dump_json(report)["notes"] == list(report.notes)
     # the stack screen: the suspect marked, rank 0's pending #5, rank 1's last (done) collective
     assert rank_cells(r1, True)[0].plain == "▶ x2s" and rank_cells(r0, False)[0].plain == "x2s"
     assert rank_cells(r0, False)[4].plain == "cuda_sync (GPU) all_reduce#5"

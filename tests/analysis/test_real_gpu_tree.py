@@ -13,6 +13,7 @@ from verltop.analysis.history import TaskHistory
 from verltop.analysis.view import ClusterData, build_snapshot
 from verltop.model import ProcStat, ProcTree, RawActor
 from verltop.sources import parse
+from verltop.text.contract import actor_json
 
 ROOT = Path(__file__).resolve().parents[1] / "fixtures" / "real-gpu-tree"
 FIELDS = ["pid", "ppid", "title", "cpu_percent", "rss_bytes", "gpu_index", "gpu_mem_bytes"]
@@ -57,7 +58,7 @@ def test_dashboard_process_list_joined_to_the_tree_gives_nvmls_figures():
     actor = RawActor("a", "vLLMHttpServer", "ALIVE", "vllm_server_0_0", node.node_id, local["pid"])
     snap = build_snapshot(ClusterData(address="x", actors=(actor,), nodes=(node,), remote_trees=(tree,)),
                           TaskHistory(), 2.0)
-    row = snap.actors[0].to_json()
+    row = actor_json(snap.actors[0])
     assert [(p["pid"], p["gpu_index"], p["gpu_mem_bytes"]) for p in row["processes"]] == \
         [(p["pid"], p["gpu_index"], p["gpu_mem_bytes"]) for p in local["processes"]]
     assert (row["gpu_index"], row["gpu_mem_bytes"]) == (local["gpu_index"], local["gpu_mem_bytes"])

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from verltop.analysis.history import TaskHistory
 from verltop.analysis.stalls import StallSettings, TaskView, stalls_for
+from verltop.text.contract import stall_json
+from verltop.text.stalls import stall_reason, stall_tag
 
 
 def view(**kw) -> TaskView:
@@ -28,7 +30,7 @@ def test_k_times_median_needs_three_samples():
     assert rules(view(running_s=60, start_s=940), h) == []
     h.seed([("x", "g", "m", 300.0, 305.0)])
     st = stalls_for(view(running_s=60, start_s=940), h, 1000.0, StallSettings())
-    assert [s.rule for s in st] == ["median"] and "12× longer than usual" in st[0].reason
+    assert [s.rule for s in st] == ["median"] and "12× longer than usual" in stall_reason(st[0])
 
 
 def test_peers_finished_long_ago():
@@ -36,14 +38,14 @@ def test_peers_finished_long_ago():
     h.observe([("t0", "a0", "g", "m", 900.0), ("t1", "a1", "g", "m", 900.0), ("t2", "a2", "g", "m", 900.0)], 900.0)
     h.observe([("t0", "a0", "g", "m", 900.0)], 950.0)  # a1 and a2 finished at 950
     st = stalls_for(view(start_s=900.0, running_s=100.0), h, 1000.0, StallSettings())
-    assert [s.rule for s in st] == ["peers"] and "2 peers finished m 50s ago" in st[0].reason
+    assert [s.rule for s in st] == ["peers"] and "2 peers finished m 50s ago" in stall_reason(st[0])
     # within the window: no stall yet
     assert rules(view(start_s=900.0, running_s=70.0), h, now=970.0) == []
 
 
 def test_dead_actor_with_cause():
     st = stalls_for(view(state="DEAD", death_cause="OOM"), TaskHistory(), 1000.0, StallSettings())
-    assert st[0].rule == "dead" and "OOM" in st[0].reason
+    assert st[0].rule == "dead" and "OOM" in stall_reason(st[0])
 
 
 def test_busy_gpu_is_named_a_wait_not_progress():
@@ -82,7 +84,7 @@ def test_peers_tag_is_rendered_from_seconds_not_split_from_the_sentence():
                           (4610.0, "peers done 1h01m ago", "1h01m ago")):
         (st,) = stalls_for(view(start_s=900.0, running_s=now - 900.0), h, now, StallSettings(stall_after_s=1e9))
         assert st.rule == "peers" and st.peers == 1 and st.peers_done_s == now - 910.0
-        assert st.tag == tag and st.reason == f"1 peer finished m {ago}"
+        assert stall_tag(st) == tag and stall_reason(st) == f"1 peer finished m {ago}"
 
 
 def test_sub_second_median_reads_as_a_ratio_not_infinity():
@@ -93,13 +95,13 @@ def test_sub_second_median_reads_as_a_ratio_not_infinity():
         h.seed([("x", "g", "m", 100.0 * i, 100.0 * i + 0.2)])
     (st,) = stalls_for(view(running_s=21.0, start_s=979.0), h, 1000.0, StallSettings())
     assert st.rule == "median" and st.median_s == 0.2 and round(st.ratio) == 105
-    assert st.tag == "105× median"
-    assert st.reason == "running 105× longer than usual (21s vs median 0.2s)"
+    assert stall_tag(st) == "105× median"
+    assert stall_reason(st) == "running 105× longer than usual (21s vs median 0.2s)"
     # a median of nothing at all (tasks that finish within a poll): no division, no "0 s"
     h0 = TaskHistory()
     for i in range(3):
         h0.seed([("x", "g", "m", 100.0 * i, 100.0 * i)])
     (st0,) = stalls_for(view(running_s=21.0, start_s=979.0), h0, 1000.0, StallSettings())
-    assert st0.ratio is None and st0.tag == "far over median"
-    assert st0.reason == "running far longer than usual (21s; it usually takes under 0.1s)"
-    assert st.to_json()["ratio"] == 105.0 and st0.to_json()["ratio"] is None
+    assert st0.ratio is None and stall_tag(st0) == "far over median"
+    assert stall_reason(st0) == "running far longer than usual (21s; it usually takes under 0.1s)"
+    assert stall_json(st)["ratio"] == 105.0 and stall_json(st0)["ratio"] is None

@@ -8,6 +8,7 @@ import stat
 
 from tests.analysis.test_incidents import T0, demo_report, snap
 from verltop.engine.incident import Incident, incident_dir, prune_incidents
+from verltop.text.contract import chain_json, dump_json, suspect_json
 
 KEYS = {"id", "started_at", "detected_at", "closed_at", "phase", "groups", "suspects", "chains", "evidence",
         "deaths", "waits", "summary", "recording", "dump", "captures", "escalations"}
@@ -23,14 +24,14 @@ def test_files_and_contract(tmp_path):
     inc.write()
     doc = json.loads((d / "incident.json").read_text())
     assert set(doc) == KEYS and doc["dump"] == "dump.json" and doc["recording"] is None  # not exported here
-    assert doc["suspects"] == [s_.to_json() for s_ in demo_report().suspects]
-    assert doc["chains"] == [c.to_json() for c in demo_report().chains] and doc["chains"]  # the dump's wait chains
+    assert doc["suspects"] == [suspect_json(s_) for s_ in demo_report().suspects]
+    assert doc["chains"] == [chain_json(c) for c in demo_report().chains] and doc["chains"]  # the dump's wait chains
     assert "Wait chains: " in doc["summary"] and "_stuck_rollout" in doc["summary"].split("Wait chains: ")[1]
     assert doc["waits"] == [{"group": "wg", "op": "all_reduce", "ranks": "wg:0-1,3", "count": 3,
                              "frame": doc["waits"][0]["frame"], "collective": "all_reduce #5"}]
     assert doc["escalations"] == [{"at": T0 + 90, "kind": "died", "text": "wg:3 DEAD: worker died"}]
     assert (d / "summary.txt").read_text() == doc["summary"] + "\n"
-    assert json.loads((d / "dump.json").read_text()) == json.loads(json.dumps(demo_report().to_json()))
+    assert json.loads((d / "dump.json").read_text()) == json.loads(json.dumps(dump_json(demo_report())))
     for p in (d, d.parent):
         assert stat.S_IMODE(os.stat(p).st_mode) == 0o700
     for f in ("summary.txt", "incident.json", "dump.json"):

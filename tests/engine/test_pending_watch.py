@@ -14,6 +14,7 @@ from tests.replay_server import ReplayDashboard
 from verltop.engine.monitor import Intervals, Monitor
 from verltop.model import RawActor
 from verltop.sources.config import Endpoint
+from verltop.text.stalls import stall_reason
 
 FIX = Path(__file__).parent.parent / "fixtures" / "pending"
 IV = Intervals(actors_s=0.2, tasks_s=0.2, nodes_s=5.0, node_detail_s=5.0, timeout_s=2.0)
@@ -77,6 +78,6 @@ async def test_restart_loop_reads_the_ended_incarnations_stderr_once():
         from verltop.analysis.pending import startup_stall
 
         st = startup_stall(again, None, w.data(), time.time(), 10, 60, 600)
-        assert st.reason == "restarted 2 times; last cause: RuntimeError: CUDA error: an illegal memory access was " \
+        assert stall_reason(st) == "restarted 2 times; last cause: RuntimeError: CUDA error: an illegal memory access was " \
                             "encountered"
         await mon.stop()

@@ -11,6 +11,7 @@ import pytest
 from tests.fakeray import FakeCluster, FakeDashboard
 from verltop.engine.monitor import Intervals, Monitor
 from verltop.sources.config import Endpoint
+from verltop.text.contract import snapshot_json
 
 IV = Intervals(actors_s=0.5, tasks_s=0.5, nodes_s=5.0, node_detail_s=5.0, waiting_s=1.0, timeout_s=5.0)
 
@@ -83,7 +84,7 @@ async def test_one_shot_snapshot_fills_steps_from_the_seed():
     done = [s for s in snap.steps if not s.running]
     # exact from Ray's events; the last one ends where the running step's observed start says
     assert len(done) >= 4 and all(s.exact for s in done[:-1])
-    doc = snap.to_json()["steps"][-2]
+    doc = snapshot_json(snap)["steps"][-2]
     assert set(doc) == {"index", "started_at", "duration_s", "phases", "skew_s"}
     assert doc["duration_s"] == pytest.approx(c.step_len, abs=0.1)
     assert doc["phases"]["update_actor"] > 0 and doc["phases"]["reward"] is None  # no reward model here

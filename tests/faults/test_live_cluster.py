@@ -25,6 +25,7 @@ import pytest
 from tests.faults.helpers import PtyTui, screen_text, verltop, wait_for
 from tests.faults.live_cluster import SECRETS, TOKEN, WG_PREFIX, LiveCluster
 from verltop.sources.pyspy import ptrace_problem
+from verltop.text.contract import dump_json
 
 pytestmark = pytest.mark.ray
 
@@ -351,7 +352,7 @@ async def test_actor_dies_mid_dump(live):
     assert dead.stack  # what it was doing before it died is kept
     for r in (0, 2, 3):
         assert by_rank[r].error is None and by_rank[r].stack and by_rank[r].stuck is True
-    js = report.to_json()
+    js = dump_json(report)
     assert next(r for r in js["ranks"] if r["rank"] == 1)["error"] == dead.error.text
 
     # the snapshot (and the CLI) then report it DEAD with Ray's cause; the other ranks stay ALIVE

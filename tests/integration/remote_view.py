@@ -14,6 +14,7 @@ import time
 from verltop.analysis.stalls import StallSettings
 from verltop.engine.monitor import Intervals, Monitor
 from verltop.sources.config import resolve
+from verltop.text.contract import actor_json, snapshot_json
 
 
 async def until(mon: Monitor, ok, timeout: float):
@@ -38,7 +39,7 @@ async def main(address: str, node_id: str, actor_id: str) -> dict:
         s = await until(mon, lambda s: row(s) is not None, 30)
         await asyncio.sleep(3)
         s = mon.latest
-        out["before"] = {"processes": row(s).to_json()["processes"], "orphans": s.to_json()["orphans"],
+        out["before"] = {"processes": actor_json(row(s))["processes"], "orphans": snapshot_json(s)["orphans"],
                          "ray_imported": "ray" in sys.modules}
         mon.set_focus([node_id])
         out["asked"] = [mon.want_processes([node_id]), mon.want_processes([node_id])]
@@ -51,7 +52,7 @@ async def main(address: str, node_id: str, actor_id: str) -> dict:
         out["others_read"] = sorted({a.node_id for a in s.actors if a.processes_read_at is not None})
         s = await until(mon, lambda s: (row(s).processes_read_at or 0) > first, 30)
         out["reread_after_s"] = None if s is None else round(row(s).processes_read_at - first, 1)
-        out["orphans"] = None if s is None else s.to_json()["orphans"]
+        out["orphans"] = None if s is None else snapshot_json(s)["orphans"]
     finally:
         await mon.stop()
     return out

@@ -26,6 +26,7 @@ import pytest
 from verltop.analysis.stalls import StallSettings
 from verltop.engine.monitor import Intervals, Monitor
 from verltop.sources.config import Endpoint
+from verltop.text.contract import snapshot_json
 
 pytestmark = pytest.mark.ray
 
@@ -124,7 +125,7 @@ async def test_a_killed_server_leaves_an_orphan_engine(scenario_cluster, rollout
         assert engine.title == VLLM[0] and engine.ppid != v["server_pid"] and engine.actor_id == v["actor_id"]
         assert {orphans[w].title for w in v["workers"]} == set(VLLM[1:])
         assert all(orphans[w].ppid == v["engine"] and orphans[w].actor_id == v["actor_id"] for w in v["workers"])
-        j = snap.to_json()["orphans"]
+        j = snapshot_json(snap)["orphans"]
         assert {o["pid"] for o in j} >= {v["engine"], *v["workers"]}
         assert all(set(o) == {"pid", "ppid", "title", "cpu_percent", "rss_bytes", "gpu_index", "gpu_mem_bytes",
                               "node_ip", "actor_id"} for o in j)

@@ -10,6 +10,7 @@ import pytest
 from verltop.analysis.stalls import StallSettings
 from verltop.engine.monitor import Intervals
 from verltop.sources.config import Endpoint
+from verltop.text.stalls import stall_reasons
 from verltop.ui.app import VerltopApp
 from verltop.ui.screens.stacks import StackScreen
 from verltop.ui.widgets.actor_table import ActorTable
@@ -48,13 +49,13 @@ async def test_stall_marks_then_dump_names_the_stuck_rank(demo_with_history, hun
                     break
             assert time.time() - since < STALL_WITHIN_S, (
                 f"waiting ranks not stalled {STALL_WITHIN_S} s after the hang: "
-                f"{ {r: (a.task, a.stall_reason) for r, a in ranks.items()} }")
+                f"{ {r: (a.task, stall_reasons(a)) for r, a in ranks.items()} }")
             await pilot.pause(0.5)
         stalled_after = time.time() - since
         table = app.screen.query_one(ActorTable)
         for r in (0, 1, 3):
             a = ranks[r]
-            assert a.task == "actor_rollout_update_actor" and a.stall_reason, a
+            assert a.task == "actor_rollout_update_actor" and stall_reasons(a), a
             assert table.get_row(a.actor_id)[-1].strip(), table.get_row(a.actor_id)  # STALLED column
 
         # 2. `d` on the hung group's row

@@ -37,6 +37,7 @@ from verltop.analysis.steps import CallView, build_steps
 from verltop.analysis.view import ClusterData, build_snapshot
 from verltop.model import DoctorReport, ProcStat, ProcTree, RawActor, Snapshot, Step
 from verltop.sources import parse
+from verltop.text.doctor import value_text
 from verltop.ui.app import VerltopApp
 
 __all__ = ["cpu_dash", "gpu_dash"]  # module-scoped fixtures shared with test_snapshots.py
@@ -151,7 +152,7 @@ def doctor_report() -> DoctorReport:
     2.5 s off the head's."""
     drifted = facts()
     drifted["versions"] = {**drifted["versions"], "torch": "2.5.1"}
-    return build_report([node(1), node(2, clock_offset_s=2.5), node(3, drifted)], now=0.0, elapsed_s=1.9)
+    return build_report([node(1), node(2, clock_offset_s=2.5), node(3, drifted)], now=0.0, show=value_text, elapsed_s=1.9)
 
 
 def test_nodes_view(snap_compare, gpu_dash):

@@ -20,6 +20,7 @@ from tests.shapes import spawn
 from verltop.analysis.dump import analyse
 from verltop.sources.pyspy import DumpOptions, find_pyspy
 from verltop.sources.stacks import StackCapture, Target
+from verltop.text.contract import dump_json
 
 pytestmark = pytest.mark.skipif(find_pyspy() is None, reason="py-spy not installed")
 
@@ -109,7 +110,7 @@ def test_vllm_shaped_server_names_the_hung_tp_worker(vllm_server):
     rep = _settled([_server_row("srv", p.pid, "vLLMHttpServer", "vllm_server_0_0")],
                    lambda r: _op(r, "VLLM::Worker_TP0") == "all_reduce"
                    and all("did not move" in c.ends_in.reason for c in r.chains))
-    doc = rep.to_json()
+    doc = dump_json(rep)
     by_title = {r["process"]: r for r in doc["ranks"]}
     assert set(by_title) >= {None, "VLLM::EngineCore_DP0", "VLLM::Worker_TP0", "VLLM::Worker_TP1"}
     for title in ("VLLM::EngineCore_DP0", "VLLM::Worker_TP0", "VLLM::Worker_TP1"):
@@ -141,7 +142,7 @@ def test_sglang_shaped_server_names_tp0(tmp_path):
                        and "did not move" in r.chains[0].ends_in.reason)
     finally:
         _kill_tree(p)
-    doc = rep.to_json()
+    doc = dump_json(rep)
     (chain,) = doc["chains"]
     assert chain["ends_in"]["process"] == "sglang::scheduler_TP0"
     assert "update_weights_from_tensor" in chain["ends_in"]["frame"]
@@ -161,7 +162,7 @@ def test_reward_sandbox_child_is_the_suspect(tmp_path):
                        lambda r: bool(r.chains) and "did not move" in r.chains[0].ends_in.reason)
     finally:
         _kill_tree(p)
-    doc = rep.to_json()
+    doc = dump_json(rep)
     (chain,) = doc["chains"]
     assert chain["ends_in"]["pid"] == child.pid and "run_tests" in chain["ends_in"]["frame"]
     assert "did not move" in chain["ends_in"]["reason"]

@@ -19,6 +19,7 @@ from verltop.engine import nccl_ras
 from verltop.model import Problem, ProcessDump
 from verltop.sources import ras
 from verltop.sources.pyspy import parse_json
+from verltop.text.stalls import stall_reason, stall_tag
 
 FIX = Path(__file__).parents[1] / "fixtures" / "ras"
 RUN1, RUN2 = FIX / "run1", FIX / "run2"
@@ -174,10 +175,10 @@ def test_ras_stall_on_the_lagging_rank():
     rows, _ = _straggler_ranks()
     st = RAS.stalls(report("default_hang10_status_json.out"), rows)
     assert list(st) == ["a1"]
-    assert st["a1"].tag == "RAS: behind in AllReduce"
-    assert st["a1"].reason == "NCCL RAS: it enqueued 5 AllReduce, its peers 6: it never reached AllReduce #6"
+    assert stall_tag(st["a1"]) == "RAS: behind in AllReduce"
+    assert stall_reason(st["a1"]) == "NCCL RAS: it enqueued 5 AllReduce, its peers 6: it never reached AllReduce #6"
     gone = RAS.stalls(report("default_rank0dead_rank1cont_json.out"), rows)
-    assert list(gone) == ["a0"] and gone["a0"].tag == "RAS: not answering"
+    assert list(gone) == ["a0"] and stall_tag(gone["a0"]) == "RAS: not answering"
 
 
 async def test_live_view_marks_the_rank_ras_names():
@@ -204,7 +205,7 @@ async def test_live_view_marks_the_rank_ras_names():
                 if rank1 and rank1[0].stalls and rank1[0].stalls[0].rule == "ras":
                     break
             assert rank1 and rank1[0].stalls[0].rule == "ras", [a.stalls for s in got[-1:] for a in s.actors]
-            assert rank1[0].stalls[0].tag == "RAS: behind in AllReduce"
+            assert stall_tag(rank1[0].stalls[0]) == "RAS: behind in AllReduce"
             rank0 = next(a for a in got[-1].actors if a.rank == 0)
             assert rank0.stalled and all(st.rule != "ras" for st in rank0.stalls)  # waiting in the collective
             assert srv.queries >= 1

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 
-from verltop.analysis.merge import short_title
+from verltop.analysis.merge import label_title
 from verltop.analysis.waiters import Activity, parse_title
 from verltop.model import Chain, ChainEnd, ChainLink, RankDump, RawObjectRef, RawTask
 
@@ -237,7 +237,7 @@ def hop_text(link: ChainLink, first: bool = False) -> str:
     who = link.actor_name or link.actor_id[:8]
     task = link.task or ""
     if is_process_title(task) and not first:
-        return task if "::" in task else f"{short_title(task)} (pid {link.pid})"
+        return task if "::" in task else f"{label_title(task)} (pid {link.pid})"
     method = task.rsplit(".", 1)[-1]
     return f"{who} {method}".strip()
 

@@ -5,7 +5,7 @@ the rest are red); values over a limit become problems (``doctor_problems``), ea
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from verltop.analysis.doctor_problems import group, mismatch_problem, node_problems
 from verltop.analysis.doctor_values import (
@@ -20,12 +20,11 @@ from verltop.analysis.doctor_values import (
     majority,
     nccl_ifname_matches,
     node_values,
-    value_text,
 )
 from verltop.model import CheckValue, DoctorNode, DoctorReport, Mismatch
 
 __all__ = ["NodeFacts", "build_report", "cell_marks", "compared", "env_values", "gloo_ifname_missing", "labels",
-           "majority", "nccl_ifname_matches", "node_values", "summary_text", "value_text"]
+           "majority", "nccl_ifname_matches", "node_values"]
 
 
 def _row_order(names: set[str]) -> tuple[str, ...]:
@@ -42,9 +41,10 @@ def compared(check: str) -> bool:
     return check in VERSIONS or check in GPU_COMPARED or (check.startswith("env.") and check != "env.source")
 
 
-def build_report(nodes: list[NodeFacts], now: float, path: str | None = None, elapsed_s: float | None = None,
-                 notes: tuple[str, ...] = ()) -> DoctorReport:
-    """Every node's checks, the mismatches between nodes, and the problems, each with its fix."""
+def build_report(nodes: list[NodeFacts], now: float, show: Callable[[str, CheckValue], str], path: str | None = None,
+                 elapsed_s: float | None = None, notes: tuple[str, ...] = ()) -> DoctorReport:
+    """Every node's checks, the mismatches between nodes, and the problems, each with its fix. ``show``
+    writes a check's value in the sentences (``verltop.text.doctor.value_text``: analysis makes no cells)."""
     lab = labels(nodes)
     values = {n.node_id: node_values(n) for n in nodes}
     if path is not None:
@@ -61,7 +61,7 @@ def build_report(nodes: list[NodeFacts], now: float, path: str | None = None, el
     rows = tuple(r for r in _row_order(names) if r == "probe" or any(values[n.node_id].get(r) is not None
                                                                       for n in nodes))
     nodes = sorted(nodes, key=lambda n: (not n.is_head, lab[n.node_id]))
-    problems = group([(lab[n.node_id], c, p) for n in nodes for c, p in node_problems(n, values[n.node_id])],
+    problems = group([(lab[n.node_id], c, p) for n in nodes for c, p in node_problems(n, values[n.node_id], show)],
                       len(nodes))
     out_nodes = tuple(DoctorNode(n.node_id, n.ip, n.hostname, lab[n.node_id], n.is_head,
                                  tuple((k, values[n.node_id].get(k)) for k in rows), n.error) for n in nodes)
@@ -77,7 +77,7 @@ def build_report(nodes: list[NodeFacts], now: float, path: str | None = None, el
         if deviants:
             known = {k: v for k, v in vals.items() if v is not None}
             mismatches.append(Mismatch(check, tuple(sorted(known.items())), top, deviants,
-                                       mismatch_problem(check, known, top, deviants)))
+                                       mismatch_problem(check, known, top, deviants, show)))
     return DoctorReport(now, out_nodes, rows, tuple(mismatches), tuple(problems),
                         tuple(dict.fromkeys((*notes, *(x for n in nodes for x in n.notes)))), path, elapsed_s)
 
@@ -101,13 +101,3 @@ def cell_marks(r: DoctorReport) -> dict[tuple[str, str], str]:
         for label in m.deviants:
             out[(m.check, label)] = "mismatch"
     return out
-
-
-def summary_text(r: DoctorReport) -> str:
-    """One line: how many nodes, mismatches and problems (and how long it took)."""
-    took = f" in {r.elapsed_s:.1f} s" if r.elapsed_s is not None else ""
-    n = len(r.nodes)
-    if r.ok:
-        return f"{n} node{'s' if n != 1 else ''} checked{took}: they agree and no problem was found"
-    return (f"{n} node{'s' if n != 1 else ''} checked{took}: {len(r.mismatches)} mismatch"
-            f"{'es' if len(r.mismatches) != 1 else ''}, {len(r.problems)} problem{'s' if len(r.problems) != 1 else ''}")

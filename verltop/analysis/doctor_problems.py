@@ -3,10 +3,9 @@ problem is a sentence with its fix. Pure."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from verltop import fmt
 from verltop.analysis.doctor_values import (
     ABSENT,
     CLOCK_LIMIT_S,
@@ -17,15 +16,14 @@ from verltop.analysis.doctor_values import (
     NodeFacts,
     env_values,
     ok,
-    value_text,
 )
 from verltop.model import CheckValue, Finding, Problem
 
 
-def mismatch_problem(check: str, vals: Mapping[str, CheckValue], top: CheckValue, deviants: tuple[str, ...]
-                      ) -> Problem:
+def mismatch_problem(check: str, vals: Mapping[str, CheckValue], top: CheckValue, deviants: tuple[str, ...],
+                     show_value: Callable[[str, CheckValue], str]) -> Problem:
     def show(v: CheckValue) -> str:
-        return value_text(check, v)
+        return show_value(check, v)
 
     if top is None:
         by: dict[str, list[str]] = {}
@@ -71,7 +69,8 @@ def group(found: list[tuple[str, str | None, Problem]], n_nodes: int) -> list[Fi
     return out
 
 
-def node_problems(n: NodeFacts, v: Mapping[str, CheckValue]) -> list[tuple[str | None, Problem]]:
+def node_problems(n: NodeFacts, v: Mapping[str, CheckValue], show: Callable[[str, CheckValue], str]
+                  ) -> list[tuple[str | None, Problem]]:
     """One node's problems, as (check, problem) with the sentence not yet naming the node."""
     out: list[tuple[str | None, Problem]] = []
 
@@ -104,7 +103,7 @@ def node_problems(n: NodeFacts, v: Mapping[str, CheckValue]) -> list[tuple[str |
             continue
         free, total = d["free_bytes"], d["total_bytes"]
         if free < DISK_MIN_FREE_BYTES or 1 - free / total > DISK_MAX_USED:
-            add(key, f"{what} ({d.get('path')}) has only {fmt.size(free)} free of {fmt.size(total)}",
+            add(key, f"{what} ({d.get('path')}) has only {show(key, free)} free of {show(key, total)}",
                 "free space there: Ray fails to write logs and to create or spill objects on a full disk")
     off, rtt = n.clock_offset_s, n.clock_rtt_s or 0.0
     if off is not None and abs(off) - rtt / 2 > CLOCK_LIMIT_S:

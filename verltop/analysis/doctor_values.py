@@ -9,7 +9,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from verltop import fmt
 from verltop.model import CheckValue, Problem
 
 VERSIONS = ("python", "torch", "torch.cuda", "torch.nccl", "verl", "ray", "transformers", "vllm", "sglang",
@@ -198,19 +197,3 @@ def node_values(n: NodeFacts) -> dict[str, CheckValue]:
     if n.path_write is not None:
         out["path.write"] = "ok" if n.path_write.get("ok") else str(n.path_write.get("error") or "failed")
     return out
-
-
-# ---------------------------------------------------------------- text of a value
-
-
-def value_text(check: str, v: CheckValue) -> str:
-    """A value as the table shows it: sizes in bytes as ``76.0G``, the clock offset as ``+0.003s``."""
-    if v is None:
-        return "-"
-    if check.endswith("_bytes") and isinstance(v, int | float):
-        return fmt.size(v)
-    if check == "clock.offset_s" and isinstance(v, int | float):
-        return f"{round(v, 3) or 0.0:+.3f}s"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    return str(v)

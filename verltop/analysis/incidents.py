@@ -12,11 +12,12 @@ the job's.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from verltop.analysis.collectives import collective_pending
 from verltop.analysis.merge import compact_labels
-from verltop.model import ActorRow, Death, DumpReport, RankDump, Snapshot, Suspect
+from verltop.model import ActorRow, Death, DumpReport, RankDump, Snapshot, Stall, Suspect
 
 # Ray's words for a death nobody needs to be told about: the job ended, or someone killed it on purpose
 _INTENDED = ("INTENDED_USER_EXIT", "INTENDED_SYSTEM_EXIT", "killed by `ray.kill`", "ray.kill", "exit_actor",
@@ -174,10 +175,11 @@ def _collective(ranks: list[RankDump]) -> str | None:
     return named.most_common(1)[0][0] if named else None
 
 
-def diagnose(snap: Snapshot, report: DumpReport | None, groups: tuple[str, ...], chains: tuple[str, ...] = (),
-             notes: tuple[str, ...] = (), latest: Snapshot | None = None) -> Diagnosis:
+def diagnose(snap: Snapshot, report: DumpReport | None, groups: tuple[str, ...], stall_text: Callable[[Stall], str],
+             chains: tuple[str, ...] = (), notes: tuple[str, ...] = (), latest: Snapshot | None = None) -> Diagnosis:
     """What an incident says: phase, groups, suspects, where the others wait, wait chains, evidence. ``snap``
-    is the snapshot it was detected in (the stalls); ``latest`` a later one (ranks that died since)."""
+    is the snapshot it was detected in (the stalls); ``latest`` a later one (ranks that died since).
+    ``stall_text`` (``verltop.text.stalls.stall_reason``) and ``chains`` come in the text layer's words."""
     rows = [a for a in snap.actors if job_actor(a) and group_of(a) in groups]
     now_rows = [a for a in (latest or snap).actors if job_actor(a) and group_of(a) in groups]
     evidence: list[str] = []
@@ -185,7 +187,7 @@ def diagnose(snap: Snapshot, report: DumpReport | None, groups: tuple[str, ...],
         grp = [a for a in rows if group_of(a) == g]
         st = [a for a in grp if a.stalled and a.state == "ALIVE"]
         if st:
-            first = st[0].stalls[0].reason if st[0].stalls else ""
+            first = stall_text(st[0].stalls[0]) if st[0].stalls else ""
             evidence.append(f"{len(st)} of {len(grp)} actors of {g} stalled ({first})")
         spin = [a for a in st if a.gpu_util_percent is not None and a.gpu_util_percent >= 90]
         if spin:
@@ -218,27 +220,3 @@ def _death_text(death: Death | None, a: ActorRow) -> str:
     if death is not None:
         return f"{death.kind}: {death.detail}" if death.detail else death.kind
     return a.death_cause or "no cause given yet"
-
-
-def summary_text(d: Diagnosis, began: str, detected: str) -> str:
-    """The diagnosis in one paragraph (``began``/``detected``: the caller's formatted times)."""
-    groups = ", ".join(d.groups) or "-"
-    parts = [f"Stall in phase {d.phase or '-'} of worker group {groups}, began {began} (detected {detected})."]
-    if d.suspects:
-        s = d.suspects[0]
-        who = f"rank {s.rank} of {s.worker_group}" if s.worker_group and s.rank is not None else s.actor_id[:12]
-        more = f" (and {len(d.suspects) - 1} more)" if len(d.suspects) > 1 else ""
-        parts.append(f"Suspect: {who}{more}: {s.reason}.")
-    elif d.waits or d.deaths:
-        parts.append("No rank stands apart from its peers.")
-    else:
-        parts.append("No stacks were taken.")
-    for w in d.waits[:3]:
-        parts.append(f"{w.text()[0].upper()}{w.text()[1:]}.")
-    if d.deaths:
-        parts.append("Died: " + "; ".join(d.deaths[:4]) + ".")
-    if d.chains:
-        parts.append("Wait chains: " + "; ".join(d.chains[:3]) + ".")
-    if d.evidence:
-        parts.append("Evidence: " + "; ".join(d.evidence[:6]) + ".")
-    return " ".join(parts)

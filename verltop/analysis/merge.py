@@ -44,7 +44,7 @@ def compact_labels(labels: Iterable[str]) -> str:
     return " ".join(parts + sorted(set(other)))
 
 
-def short_title(title: str | None) -> str:
+def label_title(title: str | None) -> str:
     """A child's title for labels: setproctitle's as it is (``VLLM::Worker_TP1``); a bare command line
     (``/usr/bin/python3 -c import sys; ...``) by its program's name (``python3 …``)."""
     if not title:
@@ -66,7 +66,7 @@ def rank_label(r: RankDump) -> str:
     else:
         base = a.actor_name or a.actor_id[:8]
     # a child process: "vllm_server_0_0/VLLM::Worker_TP1 (pid 4242)" (titles repeat across servers and forks)
-    return f"{base}/{short_title(r.process)} (pid {a.pid})" if r.process is not None else base
+    return f"{base}/{label_title(r.process)} (pid {a.pid})" if r.process is not None else base
 
 
 def python_frames(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
@@ -128,13 +128,6 @@ def render_tree(root: TreeNode, max_lines: int = 400) -> list[tuple[int, str, fr
 
     walk(root, 0)
     return out
-
-
-def tree_text(root: TreeNode, max_lines: int = 400) -> str:
-    lines = []
-    for depth, text, ranks in render_tree(root, max_lines):
-        lines.append(f"{'  ' * depth}[{compact_labels(ranks)}] ({len(ranks)}) {text}")
-    return "\n".join(lines)
 
 
 def equivalence_classes(ranks: list[RankDump]) -> tuple[StackGroup, ...]:

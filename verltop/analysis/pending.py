@@ -13,7 +13,6 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from verltop import fmt
 from verltop.analysis import roles as R
 from verltop.model import (
     Capacity,
@@ -323,10 +322,9 @@ def startup_stall(a: RawActor, item: PendingItem | None, pd: PendingData, now: f
         sched = item.scheduling_state
         if item.waits_for == "resources" and item.capacity is not None:
             sched = _VERDICT_STATE.get(item.capacity.verdict, sched)
-        target = item.target if item.waits_for != "resources" else (fmt.resources(item.demand[0]) if item.demand
-                                                                     else None)
-        return Stall("pending", state=a.state, waits_for=item.waits_for, target=target, scheduling_state=sched,
-                     waiting_s=waited)
+        res = item.waits_for == "resources"
+        return Stall("pending", state=a.state, waits_for=item.waits_for, target=None if res else item.target,
+                     scheduling_state=sched, waiting_s=waited, demand=item.demand[0] if res and item.demand else ())
     restarts = a.num_restarts or None
     if a.state == "DEAD":
         if a.death_kind in CANNOT_START_KINDS:

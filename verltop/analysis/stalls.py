@@ -1,5 +1,5 @@
 """Stall rules: which running tasks look stuck, and why (each a ``Stall`` carrying its numbers; the
-sentence and the table's tag are rendered from them by ``verltop.fmt``).
+sentence and the table's tag are made from them in ``verltop.text.stalls``).
 
 Busy bars are not progress: a rank waiting in an NCCL collective reads GPU 100 % and host CPU ~100 %
 while nothing moves, so a pegged GPU never clears a stall; it is named as the likely wait instead.

@@ -19,6 +19,7 @@ from verltop.model import DoctorReport, Node, Problem
 from verltop.sources import node_check
 from verltop.sources.dashboard import fetch_nodes
 from verltop.sources.http import DashboardClient
+from verltop.text.doctor import value_text
 
 log = logging.getLogger("verltop.doctor")
 
@@ -127,7 +128,7 @@ class DoctorJob:
                 facts = await self._shared_dir(facts, self.path)
         finally:
             await runner.close()
-        return build_report(facts, self.clock(), self.path, notes=notes)
+        return build_report(facts, self.clock(), value_text, self.path, notes=notes)
 
     async def _probe(self, n: Node) -> NodeFacts:
         runner = self.runner

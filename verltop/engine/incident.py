@@ -14,27 +14,26 @@ import json
 import os
 import re
 import shutil
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from verltop.analysis.chains import chain_text, group_chains
-from verltop.analysis.incidents import Diagnosis, diagnose, summary_text
+from verltop.analysis.incidents import Diagnosis, diagnose
 from verltop.analysis.merge import compact_labels
 from verltop.model import DumpReport, Snapshot
+from verltop.text.cells import utc_stamp, utc_time
+from verltop.text.contract import chain_json, dump_json, suspect_json
+from verltop.text.incidents import incident_summary
+from verltop.text.stalls import stall_reason
 
 INCIDENTS = "incidents"
-
-
-def utc(t: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
 
 
 def incident_dir(root: Path, detected_at: float, group: str) -> Path:
     """``root/incidents/20261129T031258Z-<group>`` (a suffix when that exists already)."""
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", group)[:40] or "job"
-    base = root / INCIDENTS / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(detected_at))}-{safe}"
+    base = root / INCIDENTS / f"{utc_stamp(detected_at)}-{safe}"
     p, n = base, 1
     while p.exists():
         n += 1
@@ -62,7 +61,7 @@ def chain_texts(report: DumpReport | None) -> tuple[list[Any], tuple[str, ...]]:
     if report is None:
         return [], ()
     texts = tuple(chain_text(c) + (f" (×{n})" if n > 1 else "") for c, n in group_chains(report.chains))
-    return [c.to_json() for c in report.chains], texts
+    return [chain_json(c) for c in report.chains], texts
 
 
 @dataclass(slots=True)
@@ -98,9 +97,9 @@ class Incident:
         if self.capture_note:
             notes = (self.capture_note, *notes)
         _, chains = chain_texts(self.report)
-        self.diagnosis = diagnose(first, self.report, tuple(self.groups), chains, notes, self.snap)
-        began = utc(self.started_at) if self.started_at is not None else "-"
-        self.summary = summary_text(self.diagnosis, began, utc(self.detected_at))
+        self.diagnosis = diagnose(first, self.report, tuple(self.groups), stall_reason, chains, notes, self.snap)
+        began = utc_time(self.started_at) if self.started_at is not None else "-"
+        self.summary = incident_summary(self.diagnosis, began, utc_time(self.detected_at))
 
     def to_json(self) -> dict[str, Any]:
         d = self.diagnosis
@@ -112,7 +111,7 @@ class Incident:
             "closed_at": self.closed_at,
             "phase": d.phase if d else self.phase,
             "groups": list(self.groups),
-            "suspects": [s.to_json() for s in d.suspects] if d else [],
+            "suspects": [suspect_json(s) for s in d.suspects] if d else [],
             "chains": chains_json,
             "evidence": list(d.evidence) if d else [],
             "deaths": list(d.deaths) if d else [],
@@ -131,7 +130,7 @@ class Incident:
         self.analyse()
         write_atomic(self.dir / "summary.txt", self.summary + "\n")
         if self.report is not None:
-            write_atomic(self.dir / "dump.json", json.dumps(self.report.to_json(), indent=1) + "\n")
+            write_atomic(self.dir / "dump.json", json.dumps(dump_json(self.report), indent=1) + "\n")
         write_atomic(self.dir / "incident.json", json.dumps(self.to_json(), indent=1) + "\n")
 
     def meta(self) -> dict[str, Any]:

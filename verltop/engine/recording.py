@@ -20,6 +20,7 @@ from verltop.engine import recfile as rf
 from verltop.engine.frames import DeltaEncoder, SnapshotState
 from verltop.engine.recfile import FrameRef, RecordingError
 from verltop.model import Snapshot
+from verltop.text.cells import utc_stamp
 
 SUFFIX = ".vtr"
 SEGMENTS = "recording"  # the segment directory inside a watch directory
@@ -74,7 +75,7 @@ class RecordingWriter:
             self.file.close()
             self.file = None
         if self.segmented:
-            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(t))
+            stamp = utc_stamp(t)
             p, n = self.path / f"rec-{stamp}{SUFFIX}", 1
             while p.exists():
                 n += 1

@@ -28,13 +28,14 @@ from verltop.analysis.incidents import IncidentEvent, IncidentTracker, label
 from verltop.codec import to_data
 from verltop.engine import recfile as rf
 from verltop.engine.dumps import DumpJob
-from verltop.engine.incident import Incident, incident_dir, make_dir, prune_incidents, utc
+from verltop.engine.incident import Incident, incident_dir, make_dir, prune_incidents
 from verltop.engine.monitor import Monitor
 from verltop.engine.notify import post_webhook, run_hook, scrub
 from verltop.engine.recorder import Recorder
 from verltop.engine.recording import SEGMENTS, Limits, Recording, RecordingWriter, export_window
 from verltop.model import ActorRow, CollectiveInfo, Problem, Snapshot
 from verltop.sources.pyspy import DumpOptions
+from verltop.text.cells import utc_time
 
 log = logging.getLogger("verltop.watch")
 
@@ -188,12 +189,12 @@ class Watcher:
             self._record_incident(inc, "closed" if ev.kind == "closed" else "updated")
             await self._write(inc)
             if ev.kind == "closed":
-                self.say(f"{utc(ev.at)} incident {inc.id} over: {', '.join(inc.groups)} clear for "
+                self.say(f"{utc_time(ev.at)} incident {inc.id} over: {', '.join(inc.groups)} clear for "
                          f"{self.cfg.clear_after_s:g} s")
                 log.info("incident %s closed", inc.id)
                 self.current, self.job = None, None
             else:
-                line = f"{utc(ev.at)} incident {inc.id}: {inc.escalations[-1]['text']}"
+                line = f"{utc_time(ev.at)} incident {inc.id}: {inc.escalations[-1]['text']}"
                 self.say(line)
                 log.info(line)
 
@@ -286,7 +287,7 @@ class Watcher:
 
     def _notify(self, inc: Incident) -> None:
         cfg = self.cfg
-        line = f"{utc(inc.detected_at)} INCIDENT {inc.id}: {inc.summary} [{inc.dir}]"
+        line = f"{utc_time(inc.detected_at)} INCIDENT {inc.id}: {inc.summary} [{inc.dir}]"
         self.say(line)
         log.info(line)
         if cfg.on_incident:
@@ -379,7 +380,7 @@ class Watcher:
             inc.analyse()
             self._record_incident(inc, "updated")
             await self._write(inc)
-            line = f"{utc(time.time())} incident {inc.id}: {inc.escalations[-1]['text']}"
+            line = f"{utc_time(time.time())} incident {inc.id}: {inc.escalations[-1]['text']}"
             self.say(line)
             log.info(line)
 

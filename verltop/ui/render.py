@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from verltop import fmt
+from verltop.text.cells import size_short
 
 _EIGHTHS = " ▏▎▍▌▋▊▉"
 
@@ -41,5 +41,5 @@ def mem_bar(used: int | None, total: int | None, width: int = 7, dim: bool = Fal
     if used is None:
         return bar(None, width, "mem")
     if not total:
-        return Text(" " * width + " " + fmt.size_short(used).rjust(4))
-    return bar(used / total * 100.0, width, "mem", label=fmt.size_short(used), dim=dim)
+        return Text(" " * width + " " + size_short(used).rjust(4))
+    return bar(used / total * 100.0, width, "mem", label=size_short(used), dim=dim)

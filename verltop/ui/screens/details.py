@@ -9,9 +9,10 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Static
 
-from verltop import fmt
 from verltop.analysis.trends import Trend, spark
 from verltop.model import ActorRow
+from verltop.text.cells import age, duration, pct, size
+from verltop.text.stalls import stall_reason
 from verltop.ui import keymap
 from verltop.ui.widgets.footer import Footer
 
@@ -38,20 +39,20 @@ def facts_text(a: ActorRow) -> Text:
     row("rank", f"{a.rank} of {a.world_size or '?'}" if a.rank is not None else None)
     row("node", a.node_ip)
     row("pid", a.pid)
-    row("running task", f"{a.task}  ({fmt.age(a.task_running_s)})" if a.task else None)
-    row("GPU", f"#{a.gpu_index}  util {fmt.pct(a.gpu_util_percent)}  mem {fmt.size(a.gpu_mem_bytes)}"
+    row("running task", f"{a.task}  ({age(a.task_running_s)})" if a.task else None)
+    row("GPU", f"#{a.gpu_index}  util {pct(a.gpu_util_percent)}  mem {size(a.gpu_mem_bytes)}"
         if a.gpu_index is not None else None)
-    row("host", f"CPU {fmt.pct(a.cpu_percent)}  RSS {fmt.size(a.rss_bytes)}")
+    row("host", f"CPU {pct(a.cpu_percent)}  RSS {size(a.rss_bytes)}")
     if a.num_restarts:
         row("restarts", f"{a.num_restarts} (Ray restarted this actor; a climbing count is a restart loop)",
             "dark_orange")
     if a.gpu_mem_peak_bytes is not None or a.rss_peak_bytes is not None:
-        row("memory peaks", f"GPU {fmt.size(a.gpu_mem_peak_bytes)}  RSS {fmt.size(a.rss_peak_bytes)}   growth "
+        row("memory peaks", f"GPU {size(a.gpu_mem_peak_bytes)}  RSS {size(a.rss_peak_bytes)}   growth "
             f"GPU {_rate(a.gpu_mem_growth_bytes_per_min)}  RSS {_rate(a.rss_growth_bytes_per_min)}")
     if a.stalls:
         t.append("stalled because\n", style="bold red")
         for s in a.stalls:
-            t.append(f"  • {s.reason}\n", style="red")
+            t.append(f"  • {stall_reason(s)}\n", style="red")
     if a.death_text and a.death_text.strip() != (a.death_cause or "").strip():
         t.append("\nRay's full death text\n", style="bold")
         t.append(a.death_text.rstrip() + "\n", style="grey70")
@@ -61,7 +62,7 @@ def facts_text(a: ActorRow) -> Text:
 def _rate(v: float | None) -> str:
     if v is None:
         return "-"
-    return ("+" if v >= 0 else "-") + fmt.size(abs(v)) + "/min"
+    return ("+" if v >= 0 else "-") + size(abs(v)) + "/min"
 
 
 TREND_CELLS = 60
@@ -75,7 +76,7 @@ def trends_text(tr: Trend | None) -> Text:
         t.append("  (none yet: kept from the first snapshot this actor appeared in)\n", style="grey70")
         return t
     span = len(tr.rss_mib) * tr.bucket_s
-    t.append(f"  last {fmt.duration(span)}, oldest left\n", style="grey70")
+    t.append(f"  last {duration(span)}, oldest left\n", style="grey70")
     for label, series, unit, lo, hi in (("GPU util", tr.gpu_util, "%", 0.0, 100.0),
                                         ("GPU memory", tr.gpu_mem_mib, "MiB", None, None),
                                         ("host RSS", tr.rss_mib, "MiB", None, None),
@@ -106,9 +107,9 @@ def _downsample(series: tuple[float | None, ...], n: int) -> list[float | None]:
 
 def _fmt(v: float, unit: str) -> str:
     if unit == "MiB":
-        return fmt.size(v * 1024 * 1024)
+        return size(v * 1024 * 1024)
     if unit == "%":
-        return fmt.pct(v)
+        return pct(v)
     return f"{v:.0f} {unit}"
 
 

@@ -10,6 +10,7 @@ from textual.screen import Screen
 from textual.widgets import Input
 
 from verltop.model import ActorRow, Snapshot
+from verltop.text.pending import pending_reason
 from verltop.ui import keymap
 from verltop.ui.widgets import process_rows as PR
 from verltop.ui.widgets.actor_table import ActorTable
@@ -191,7 +192,7 @@ class MainScreen(Screen):
 
         pend = self.table.selected_pending()
         if pend is not None:
-            self.query_one("#selection", TextLine).show(f"{pend.name or pend.id}: {pend.reason}")
+            self.query_one("#selection", TextLine).show(f"{pend.name or pend.id}: {pending_reason(pend)}")
             return
         r = self.table.selected_row()
         if r is not None and r.proc is not None:

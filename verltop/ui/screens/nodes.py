@@ -12,15 +12,14 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Static
 from textual.worker import Worker, WorkerState
 
-from verltop.analysis.doctor import cell_marks, summary_text, value_text
+from verltop.analysis.doctor import cell_marks
 from verltop.engine import DoctorJob, DoctorProgress
 from verltop.model import DoctorReport
+from verltop.text.doctor import doctor_summary, stage_text, value_text
 from verltop.ui import keymap
 from verltop.ui.widgets.footer import Footer
 
 STYLE = {"mismatch": "bold red", "problem": "yellow"}
-STAGES = {"nodes": "listing nodes", "connect": "joining the Ray cluster (first time: a few seconds)",
-          "path": "checking the shared directory"}
 
 
 def findings_text(r: DoctorReport) -> Text:
@@ -93,14 +92,13 @@ class NodesScreen(Screen):
                               style="bold red"))
 
     def _progress(self, p: DoctorProgress) -> None:
-        if p.stage == "probe":
-            self._status(f"checking every node: {p.done}/{p.total} answered…  (Esc cancels)")
-        elif p.stage in STAGES:
-            self._status(f"checking every node: {STAGES[p.stage]}…  (Esc cancels)")
+        what = stage_text(p.stage, p.done, p.total)
+        if what is not None:
+            self._status(f"checking every node: {what}…  (Esc cancels)")
 
     def show_report(self, r: DoctorReport) -> None:
         """The table (a column per node) and the findings."""
-        st = Text(summary_text(r), style="bold" if r.ok else "bold red")
+        st = Text(doctor_summary(r), style="bold" if r.ok else "bold red")
         if r.path:
             st.append(f"   shared directory {r.path}", style="grey70")
         st.append("   r: again · Esc: back", style="grey70")

@@ -12,9 +12,10 @@ from textual.worker import Worker, WorkerState
 
 from verltop.analysis.chains import group_chains, hop_text
 from verltop.analysis.collectives import calling_frame, collective_pending
-from verltop.analysis.merge import build_tree, compact_labels, rank_label, render_tree, short_title
+from verltop.analysis.merge import build_tree, compact_labels, label_title, rank_label, render_tree
 from verltop.engine import DumpJob, DumpOptions, DumpProgress
 from verltop.model import DumpReport, RankDump, Snapshot
+from verltop.text.pending import not_placed
 from verltop.ui import keymap
 from verltop.ui.widgets.footer import Footer
 
@@ -69,7 +70,7 @@ def rank_cells(r: RankDump, suspect: bool) -> tuple:
     if suspect:
         group = Text("▶ " + group.plain, style="bold red")
     # a child process sits under its actor, by its title (the role is its actor's)
-    role = Text(f" └ {short_title(r.process)}", style="cyan") if r.process is not None else Text(a.role)
+    role = Text(f" └ {label_title(r.process)}", style="cyan") if r.process is not None else Text(a.role)
     return (group, "-" if a.rank is None else str(a.rank), role, a.node_ip or "-", op, frame or "-", motion, note)
 
 
@@ -154,7 +155,7 @@ class StackScreen(Screen):
         self.job = self.app.engine.dump(self.snap, self.group, self.opts, self._progress)
         if not self.job.targets and not self.job.waiting_jobs:
             pgs = [p for p in self.snap.pending if p.kind == "placement_group"]
-            why = "".join(f"\nplacement group {p.name or p.id} is not placed: {p.reason}" for p in pgs[:3])
+            why = "".join(f"\n{not_placed(p)}" for p in pgs[:3])
             self._status(Text(f"nothing to dump: no {what} in the current snapshot{' yet' if why else ''}{why}",
                               style="yellow"))
             return
@@ -221,7 +222,7 @@ class StackScreen(Screen):
         self.query_one("#chains", Static).display = bool(r.chains)
         sus = self.query_one("#suspects", Static)
         if r.suspects:
-            from verltop.text import suspect_label
+            from verltop.text.dump import suspect_label
 
             txt = Text("SUSPECTS — most likely first\n", style="bold red")
             for s in r.suspects:
@@ -308,10 +309,11 @@ class StackScreen(Screen):
             self.notify("the dump is not finished yet", severity="warning")
             return
         from verltop.engine.save import write_dump
-        from verltop.text import dump_text, full_stacks_text
+        from verltop.text.contract import dump_json
+        from verltop.text.dump import dump_text, full_stacks_text
 
         try:
-            txt, js = write_dump(self.report.to_json(), dump_text(self.report) + "\n\n" + full_stacks_text(self.report))
+            txt, js = write_dump(dump_json(self.report), dump_text(self.report) + "\n\n" + full_stacks_text(self.report))
         except OSError as e:
             self.notify(f"could not write the dump: {e.strerror or e}", severity="error")
             return

@@ -9,8 +9,8 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Static
 
-from verltop import fmt
 from verltop.model import Snapshot, Step
+from verltop.text.cells import duration
 from verltop.ui import keymap
 from verltop.ui.widgets.footer import Footer
 from verltop.ui.widgets.step_chart import (
@@ -91,7 +91,7 @@ class TimelineScreen(Screen):
             w = notes.get(s.index)
             if w is not None:
                 who = f"r{w.late_rank}" if w.late_rank is not None else "last"
-                line.append(f" ⚠ {SHORT.get(w.phase, w.phase)} {who} +{fmt.duration(w.skew_s)}", style="bold red")
+                line.append(f" ⚠ {SHORT.get(w.phase, w.phase)} {who} +{duration(w.skew_s)}", style="bold red")
             line.truncate(width, overflow="ellipsis")
             lines.append(line)
         self.query_one("#timeline-steps", Static).update(Text("\n").join(lines))

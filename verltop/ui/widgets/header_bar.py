@@ -10,9 +10,9 @@ import time
 
 from rich.text import Text
 
-from verltop import fmt
 from verltop.engine.base import Playback
 from verltop.model import Problem, Snapshot
+from verltop.text.cells import age, duration, size
 from verltop.ui.render import bar
 from verltop.ui.widgets.text_line import TextLine
 
@@ -32,7 +32,7 @@ def playback_item(p: Playback) -> Text:
     state = "END" if p.ended else "‖" if p.paused else "▶"
     t = _item((f" REPLAY {state} ×{p.speed:g} ", "bold reverse cyan"))
     t.append(" " + time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(p.at_s)), style="bold cyan")
-    t.append(f"  +{fmt.duration(p.at_s - p.start_s)} / {fmt.duration(p.end_s - p.start_s)}", style="cyan")
+    t.append(f"  +{duration(p.at_s - p.start_s)} / {duration(p.end_s - p.start_s)}", style="cyan")
     return t
 
 
@@ -74,7 +74,7 @@ def header_items(s: Snapshot | None, paused: bool, problem: Problem | None = Non
     second = [_item(("CPU ", "bold")), _item(("MEM ", "bold"))]
     second[0].append_text(bar(sum(cpu_vals) / len(cpu_vals) if cpu_vals else None, 8, "cpu"))
     second[1].append_text(bar(mem_used / mem_total * 100 if mem_total else None, 8, "mem",
-                              label=f"{fmt.size(mem_used)}/{fmt.size(mem_total)}" if mem_total else None))
+                              label=f"{size(mem_used)}/{size(mem_total)}" if mem_total else None))
     store = _object_store(alive_nodes)
     if store is not None:
         second.append(store)
@@ -86,7 +86,7 @@ def header_items(s: Snapshot | None, paused: bool, problem: Problem | None = Non
         prog.append("-", style="grey50")
     else:
         p = s.progress_s + late
-        prog.append(f"{fmt.age(p)} ago", style="bold red" if p > 60 else "green")
+        prog.append(f"{age(p)} ago", style="bold red" if p > 60 else "green")
     second.append(prog)
     if paused:
         second.append(_item(("PAUSED", "bold reverse yellow")))
@@ -95,7 +95,7 @@ def header_items(s: Snapshot | None, paused: bool, problem: Problem | None = Non
     stale = s.stale_sources(late)
     if stale:
         oldest = max(stale, key=lambda x: x.age_s or 0)
-        third.append(_item((f"{oldest.name} data {fmt.age((oldest.age_s or 0) + late)} old (stale)", "bold yellow")))
+        third.append(_item((f"{oldest.name} data {age((oldest.age_s or 0) + late)} old (stale)", "bold yellow")))
     third += [_item((e, "yellow")) for e in s.errors]
     if s.truncated:
         third.append(_item((s.truncated, "yellow")))
@@ -113,9 +113,9 @@ def _object_store(nodes: list) -> Text | None:
     if used < total / 100 and not spilled:
         return None  # an idle store says nothing worth a place in the header
     t = _item(("OBJ ", "bold"))
-    t.append_text(bar(used / total * 100 if total else None, 6, "mem", label=f"{fmt.size(used)}/{fmt.size(total)}"))
+    t.append_text(bar(used / total * 100 if total else None, 6, "mem", label=f"{size(used)}/{size(total)}"))
     if spilled:
-        t.append(f" spilled {fmt.size(spilled)}", style="bold yellow")
+        t.append(f" spilled {size(spilled)}", style="bold yellow")
     return t
 
 
@@ -126,7 +126,7 @@ def _step_item(s: Snapshot) -> Text:
     med = median_step_s(s.steps)
     t = _item(("step ", "bold"), (str(s.steps[-1].index), ""))
     if med is not None:
-        t.append(f" · {fmt.duration(med)}/step", style="cyan")
+        t.append(f" · {duration(med)}/step", style="cyan")
     return t
 
 

@@ -11,8 +11,9 @@ import re
 
 from rich.text import Text
 
-from verltop import fmt
 from verltop.model import PendingItem, Snapshot
+from verltop.text.cells import age, duration, plural
+from verltop.text.pending import amount, demand, pending_reason
 
 KEY_PREFIX = "pend:"
 GROUP_KEY = "grp:pending"
@@ -33,7 +34,7 @@ def listed(snap: Snapshot) -> list[PendingItem]:
 def matches(p: PendingItem, rx: re.Pattern[str] | None, invert: bool) -> bool:
     if rx is None:
         return True
-    hay = " ".join(x for x in (p.kind, p.name, p.worker_group, p.state, p.scheduling_state, p.reason) if x)
+    hay = " ".join(x for x in (p.kind, p.name, p.worker_group, p.state, p.scheduling_state, pending_reason(p)) if x)
     return (rx.search(hay) is not None) != invert
 
 
@@ -44,9 +45,9 @@ def header(snap: Snapshot) -> Text:
     t.append("pending", style="bold dark_orange")
     for k, word in (("placement_group", "placement group"), ("task", "task")):
         if counts[k]:
-            t.append(f"  {fmt.plural(counts[k], word)}", style="grey70")
+            t.append(f"  {plural(counts[k], word)}", style="grey70")
     if counts["actor"]:
-        t.append(f"  {fmt.plural(counts['actor'], 'actor')} waiting", style="grey70")
+        t.append(f"  {plural(counts['actor'], 'actor')} waiting", style="grey70")
     blocked = sum(1 for p in snap.pending if p.scheduling_state == "INFEASIBLE" or
                   (p.capacity is not None and p.capacity.verdict == "infeasible"))
     if blocked:
@@ -67,8 +68,8 @@ def line(p: PendingItem, now: float | None) -> Text:
     if state:
         t.append(f"  {state}", style=_STATE_STYLE.get(state, "grey70"))
     waited = p.waited_s(now) if now is not None else p.waiting_s
-    t.append(f"  {fmt.age(waited)}", style="grey70")
-    t.append(f"  {p.reason}", style="red" if p.capacity is not None and p.capacity.verdict == "infeasible" else "")
+    t.append(f"  {age(waited)}", style="grey70")
+    t.append(f"  {pending_reason(p)}", style="red" if p.capacity is not None and p.capacity.verdict == "infeasible" else "")
     return t
 
 
@@ -92,14 +93,14 @@ def details_text(p: PendingItem, now: float | None = None) -> Text:
     row("worker group", p.worker_group)
     row("state", p.state, "dark_orange")
     row("Ray scheduling", p.scheduling_state, _STATE_STYLE.get(p.scheduling_state or "", ""))
-    row("demand", fmt.demand(p.demand, p.kind) if p.demand else None)
+    row("demand", demand(p.demand, p.kind) if p.demand else None)
     row("strategy", p.strategy)
-    row("waiting", fmt.duration(p.waited_s(now) if now is not None else p.waiting_s))
+    row("waiting", duration(p.waited_s(now) if now is not None else p.waiting_s))
     c = p.capacity
     if c is not None and c.resource is not None:
-        row("closest node", f"{c.node_ip or '?'}: {fmt.amount(c.resource, c.node_total)} {c.resource} in all, "
-                            f"{fmt.amount(c.resource, c.node_free)} free" if c.node_total is not None else None)
+        row("closest node", f"{c.node_ip or '?'}: {amount(c.resource, c.node_total)} {c.resource} in all, "
+                            f"{amount(c.resource, c.node_free)} free" if c.node_total is not None else None)
         row("nodes compared", c.nodes)
     t.append("\nwhy\n", style="bold")
-    t.append(f"  {p.reason}\n", style="red" if c is not None and c.verdict == "infeasible" else "")
+    t.append(f"  {pending_reason(p)}\n", style="red" if c is not None and c.verdict == "infeasible" else "")
     return t

@@ -13,8 +13,9 @@ from collections.abc import Iterable, Mapping
 
 from rich.text import Text
 
-from verltop import fmt
 from verltop.model import ActorRow, ProcRow
+from verltop.text.cells import size, size_short
+from verltop.text.processes import narrow_title
 from verltop.ui.render import LEVEL_STYLE, level, mem_bar
 from verltop.ui.widgets.table_types import Row, Shown
 
@@ -80,7 +81,7 @@ def branches(procs: tuple[ProcRow, ...]) -> list[str]:
 
 def proc_label(branch: str, p: ProcRow) -> str:
     """The ROLE cell of a child row: ``└ EngineCore_DP0``, ``  ├ Worker_TP0``."""
-    return branch + fmt.short_title(p.title)
+    return branch + narrow_title(p.title)
 
 
 def matches_title(a: ActorRow, rx: object) -> bool:
@@ -102,7 +103,7 @@ def orphans_header(orphans: tuple[ProcRow, ...]) -> Text:
     n = len(orphans)
     t.append(f"  {n} process{'' if n == 1 else 'es'} with no live actor above them", style="grey70")
     if gpu:
-        t.append(f"  holding {fmt.size(gpu)} of GPU memory", style="bold dark_orange")
+        t.append(f"  holding {size(gpu)} of GPU memory", style="bold dark_orange")
     return t
 
 
@@ -111,7 +112,7 @@ def mem_text(used: int | None, total: int | None, dim: bool) -> Text:
     if used is None:
         return Text("-", style="grey50")
     style = "grey50" if dim or not total else LEVEL_STYLE[level("mem", used / total * 100)]
-    return Text(fmt.size_short(used), style=style)
+    return Text(size_short(used), style=style)
 
 
 def proc_cell(r: Row, col: Shown) -> Text | str:

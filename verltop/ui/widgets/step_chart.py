@@ -8,10 +8,10 @@ from collections.abc import Sequence
 
 from rich.text import Text
 
-from verltop import fmt
 from verltop.analysis.steps import median_step_s, union_s
 from verltop.analysis.trends import spark
 from verltop.model import PHASES, PhaseRun, Step
+from verltop.text.cells import duration
 
 # one colour per phase (background of its span); "other" is the controller's own time
 PHASE_STYLE = {
@@ -55,7 +55,7 @@ def step_line(s: Step, width: int, scale: float, now: float, selected: bool = Fa
     t.append("▸ " if selected else "  ", style="bold")
     t.append(f"#{s.index:<6}", style="bold" if selected else "")
     dur = s.duration_s if s.duration_s is not None else now - s.started_at
-    t.append(f"{fmt.duration(dur):>7} ", style="bold yellow" if s.running else "")
+    t.append(f"{duration(dur):>7} ", style="bold yellow" if s.running else "")
     bar_w = max(4, width - LEFT - 1)
     length = dur / scale * bar_w
     cells = min(bar_w, max(1, round(length)))
@@ -95,7 +95,7 @@ def _label(phase: str, secs: float | None, cells: int) -> str:
     """The longest label that fits: ``gen 3.1s``, ``3.1s``, ``gen``, or nothing."""
     if phase == "other":
         return ""
-    d = fmt.duration(secs) if secs is not None else ""
+    d = duration(secs) if secs is not None else ""
     for cand in (f" {SHORT[phase]} {d}", f" {d}", f" {SHORT[phase]}"):
         if len(cand) <= cells:
             return cand
@@ -122,7 +122,7 @@ def header_text(steps: Sequence[Step], now: float) -> Text:
     t.append(f"step {cur.index}", style="bold")
     med = median_step_s(steps)
     t.append("   ")
-    t.append(f"{fmt.duration(med)}/step" if med is not None else "-/step", style="bold cyan")
+    t.append(f"{duration(med)}/step" if med is not None else "-/step", style="bold cyan")
     t.append(" (median of the last 10)   ", style="grey70")
     lens = [s.duration_s for s in steps if s.duration_s is not None][-40:]
     sp = spark(lens)
@@ -135,11 +135,11 @@ def header_text(steps: Sequence[Step], now: float) -> Text:
             r = max(live, key=lambda r: r.start_s)
             t.append("now ", style="grey70")
             t.append(r.phase + " ", style=f"bold {PHASE_STYLE.get(r.phase, '')}")
-            t.append(fmt.duration(r.duration_s(now)), style="bold")
+            t.append(duration(r.duration_s(now)), style="bold")
             if r.running < r.ranks and r.running:
                 t.append(f"  ({r.running} of {r.ranks} ranks still running)", style="bold red")
         else:
-            t.append(f"between calls {fmt.duration(now - max(r.end_s or 0 for r in cur.runs))}", style="grey70")
+            t.append(f"between calls {duration(now - max(r.end_s or 0 for r in cur.runs))}", style="grey70")
     return t
 
 
@@ -155,9 +155,9 @@ def skew_sentence(r: PhaseRun, now: float) -> str:
     """``rank 7 finished update_actor 20m after its peers`` / ``rank 2 still runs update_actor, 3m after …``."""
     who = f"rank {r.late_rank}" if r.late_rank is not None else "the last rank"
     if r.running and r.skew_s is not None:
-        return (f"{who} still runs {r.method}, {fmt.duration(r.skew_s)} after the first of its "
+        return (f"{who} still runs {r.method}, {duration(r.skew_s)} after the first of its "
                 f"{r.ranks - r.running} finished peers")
-    return f"{who} finished {r.method} {fmt.duration(r.skew_s)} after the first of its peers"
+    return f"{who} finished {r.method} {duration(r.skew_s)} after the first of its peers"
 
 
 def step_detail(s: Step, now: float, width: int = 120) -> Text:
@@ -166,7 +166,7 @@ def step_detail(s: Step, now: float, width: int = 120) -> Text:
     head = Text(no_wrap=True, overflow="ellipsis")
     dur = s.duration_s if s.duration_s is not None else now - s.started_at
     head.append(f"step {s.index}   ", style="bold")
-    head.append(f"{fmt.duration(dur)}{' so far' if s.running else ''}", style="bold yellow" if s.running else "bold")
+    head.append(f"{duration(dur)}{' so far' if s.running else ''}", style="bold yellow" if s.running else "bold")
     head.append("   times from Ray's task events" if s.exact else "   times as the polls saw them (± half a poll)",
                 style="grey70")
     lines = [head]
@@ -175,21 +175,21 @@ def step_detail(s: Step, now: float, width: int = 120) -> Text:
         t = Text(no_wrap=True, overflow="ellipsis")
         style = PHASE_STYLE.get(r.phase, "")
         t.append(f"  {r.phase:<14}", style=f"bold {style}")
-        t.append(f"{fmt.duration(r.duration_s(now)):>7}", style="bold yellow" if r.end_s is None else "")
+        t.append(f"{duration(r.duration_s(now)):>7}", style="bold yellow" if r.end_s is None else "")
         t.append(f"  {r.ranks:>4} rank{'s' if r.ranks != 1 else ' '}")
         if r.running:
             t.append(f"  {r.running} running", style="yellow")
         big = False
         if r.skew_s is not None:
             big = r.skew_s >= NOTABLE_SKEW_S and r.skew_s >= 0.1 * max(r.duration_s(now), 1e-9)
-            t.append(f"  skew {fmt.duration(r.skew_s)}", style="bold red" if big else "grey70")
+            t.append(f"  skew {duration(r.skew_s)}", style="bold red" if big else "grey70")
         if big:
             t.append(f"  {skew_sentence(r, now)}", style="red")
         else:
             t.append(f"  {r.group}.{r.method}", style="grey50")
         lines.append(t)
     if "other" in secs:
-        lines.append(Text(f"  {'other':<14}{fmt.duration(secs['other']):>7}  controller and gaps between calls "
+        lines.append(Text(f"  {'other':<14}{duration(secs['other']):>7}  controller and gaps between calls "
                           "(advantages, data loading)", style="grey70", no_wrap=True, overflow="ellipsis"))
     for t in lines:
         t.truncate(max(20, width), overflow="ellipsis")

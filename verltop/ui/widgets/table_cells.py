@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from verltop import fmt
 from verltop.model import ActorRow
+from verltop.text.cells import age, pct, plural, size
+from verltop.text.stalls import stall_reasons, stall_tag
 from verltop.ui.render import LEVEL_STYLE, bar, level, mem_bar
 from verltop.ui.widgets import process_rows as PR
 from verltop.ui.widgets.table_types import Row, Shown
@@ -58,12 +59,12 @@ def actor_cell(a: ActorRow, col: Shown, now: float | None = None) -> Text | str:
         # the ROLE column already says the role: show the bare method
         return Text(bare_task(a.task, a.role) or "-", style="bold" if a.stalled else "")
     if k == "age":
-        return Text(fmt.age(a.running_s(now) if now is not None else a.task_running_s),
+        return Text(age(a.running_s(now) if now is not None else a.task_running_s),
                     style="bold red" if a.stalled else "")
     if k == "why":
-        t = Text(", ".join(st.tag for st in a.stalls), style="bold red" if a.stalled else "")
+        t = Text(", ".join(stall_tag(st) for st in a.stalls), style="bold red" if a.stalled else "")
         if a.num_restarts:  # a restart loop shows even when nothing is stalled right now
-            t.append(("  " if a.stalls else "") + f"↻ {fmt.plural(a.num_restarts, 'restart')}", style="dark_orange")
+            t.append(("  " if a.stalls else "") + f"↻ {plural(a.num_restarts, 'restart')}", style="dark_orange")
         return t
     if k == "trend":
         return Text(a.trend or "", style=_growth_style(a))
@@ -96,8 +97,8 @@ def process_selection_text(r: Row) -> Text:
         t.append(f"  pid {p.pid} (parent {p.ppid}) on {p.node_ip or '?'}: ", style="grey70")
         t.append(f"orphan, {r.note}", style="dark_orange")
     if p.gpu_mem_bytes:
-        t.append(f"  GPU {p.gpu_index} {fmt.size(p.gpu_mem_bytes)}", style="grey70")
-    t.append(f"  CPU {fmt.pct(p.cpu_percent)}  RSS {fmt.size(p.rss_bytes)}", style="grey70")
+        t.append(f"  GPU {p.gpu_index} {size(p.gpu_mem_bytes)}", style="grey70")
+    t.append(f"  CPU {pct(p.cpu_percent)}  RSS {size(p.rss_bytes)}", style="grey70")
     return t
 
 
@@ -112,7 +113,7 @@ def selection_text(a: ActorRow) -> Text:
         t.append(f"  ↻ restarted {a.num_restarts}×", style="dark_orange")
     if a.stalled:
         t.append("  STALLED: ", style="bold red")
-        t.append(a.stall_reason or "", style="red")
+        t.append(stall_reasons(a) or "", style="red")
     elif a.death_cause:
         t.append(f"  {a.death_cause}", style="red")
     return t

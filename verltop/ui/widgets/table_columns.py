@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from verltop import fmt
 from verltop.model import Snapshot
+from verltop.text.processes import narrow_title
 from verltop.ui.widgets.table_cells import bare_task
 from verltop.ui.widgets.table_types import Shown
 
@@ -109,9 +109,9 @@ def content_widths(snap: Snapshot) -> dict[str, int]:
         out["node"] = max(out["node"], len(a.node_ip or "-"))
         out["task"] = max(out["task"], len(bare_task(a.task, a.role) or "-"))
         for p in a.processes:
-            out["role"] = max(out["role"], 2 * p.depth + len(fmt.short_title(p.title)))
+            out["role"] = max(out["role"], 2 * p.depth + len(narrow_title(p.title)))
     for o in snap.orphans or ():
-        out["role"] = max(out["role"], len(fmt.short_title(o.title)))
+        out["role"] = max(out["role"], len(narrow_title(o.title)))
         out["node"] = max(out["node"], len(o.node_ip or "-"))
     return out
 

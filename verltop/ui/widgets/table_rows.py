@@ -7,8 +7,9 @@ import re
 
 from rich.text import Text
 
-from verltop import fmt
 from verltop.model import ActorRow, GroupWork, Snapshot
+from verltop.text.cells import plural
+from verltop.text.stalls import stall_reasons
 from verltop.ui.widgets import pending_rows
 from verltop.ui.widgets import process_rows as PR
 from verltop.ui.widgets.table_cells import growth_bytes_per_min
@@ -46,14 +47,14 @@ def header_text(name: str, members: list[ActorRow], grouping: str, work: GroupWo
         w = worlds.pop()
         count = f"{n} ranks" if w == n else f"{n} of {w} ranks"
     else:
-        count = fmt.plural(n, "actor")
+        count = plural(n, "actor")
     t.append(f"  {count}", style="grey70")
     if stalled:
         t.append(f"  {stalled} stalled", style="bold red")
     if dead:
         t.append(f"  {dead} dead", style="grey50")
     if restarts:
-        t.append(f"  ↻ {fmt.plural(restarts, 'restart')}", style="dark_orange")
+        t.append(f"  ↻ {plural(restarts, 'restart')}", style="dark_orange")
     if work is not None:
         if work.pending:
             t.append(f"  {work.pending} pending", style="yellow")
@@ -82,7 +83,7 @@ def matches(a: ActorRow, rx: re.Pattern[str] | None, invert: bool) -> bool:
     if rx is None:
         return True
     hay = " ".join(str(x) for x in (a.role, " ".join(a.roles), a.worker_group, a.actor_name, a.class_name,
-                                    a.node_ip, a.pid, a.rank, a.task, a.state, a.stall_reason) if x is not None)
+                                    a.node_ip, a.pid, a.rank, a.task, a.state, stall_reasons(a)) if x is not None)
     hit = rx.search(hay) is not None or PR.matches_title(a, rx)
     return hit != invert
 

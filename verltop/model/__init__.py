@@ -1,0 +1,104 @@
+"""Plain, frozen dataclasses that every layer passes around, one module per domain.
+
+Units are in the names (`_bytes`, `_s`, `_percent`, `_ms`); unknown is ``None``. Raw rows come from the
+sources (``Raw*``); the analysis layer turns them into ``ActorRow`` and ``Snapshot``. The model holds data
+only: the JSON contracts are made from it in ``verltop.text.contract``, its sentences in ``verltop.text``.
+Every name is re-exported here, so ``from verltop.model import X`` works for all of them.
+"""
+
+from __future__ import annotations
+
+from verltop.model.doctor import CheckValue, DoctorNode, DoctorReport, Finding, Mismatch
+from verltop.model.flight_recorder import FrEntry, FrRank
+from verltop.model.pending import (
+    Capacity,
+    ClusterLoad,
+    NodeLoad,
+    PendingItem,
+    RawPendingTask,
+    RawPlacementGroup,
+)
+from verltop.model.problems import Problem
+from verltop.model.ras import RasComm, RasRank, RasReport
+from verltop.model.raw import (
+    Gpu,
+    Node,
+    ProcStat,
+    ProcTree,
+    RawActor,
+    RawJob,
+    RawObjectRef,
+    RawTask,
+    Resources,
+)
+from verltop.model.rows import ActorRow, ProcRow, SourceStatus, Stall
+from verltop.model.snapshot import Snapshot
+from verltop.model.stacks import (
+    BlockedOn,
+    Chain,
+    ChainEnd,
+    ChainLink,
+    ChildProc,
+    CollectiveInfo,
+    Death,
+    DumpReport,
+    Frame,
+    ProcessDump,
+    RankDump,
+    StackGroup,
+    Suspect,
+    ThreadStack,
+)
+from verltop.model.steps import PHASES, GroupWork, PhaseRun, Step
+
+__all__ = [
+    "PHASES",
+    "ActorRow",
+    "BlockedOn",
+    "Capacity",
+    "Chain",
+    "ChainEnd",
+    "ChainLink",
+    "CheckValue",
+    "ChildProc",
+    "ClusterLoad",
+    "CollectiveInfo",
+    "Death",
+    "DoctorNode",
+    "DoctorReport",
+    "DumpReport",
+    "Finding",
+    "FrEntry",
+    "FrRank",
+    "Frame",
+    "Gpu",
+    "GroupWork",
+    "Mismatch",
+    "Node",
+    "NodeLoad",
+    "PendingItem",
+    "PhaseRun",
+    "Problem",
+    "ProcRow",
+    "ProcStat",
+    "ProcTree",
+    "ProcessDump",
+    "RankDump",
+    "RasComm",
+    "RasRank",
+    "RasReport",
+    "RawActor",
+    "RawJob",
+    "RawObjectRef",
+    "RawPendingTask",
+    "RawPlacementGroup",
+    "RawTask",
+    "Resources",
+    "Snapshot",
+    "SourceStatus",
+    "StackGroup",
+    "Stall",
+    "Step",
+    "Suspect",
+    "ThreadStack",
+]

@@ -1,0 +1,176 @@
+"""Stacks and dumps: py-spy samples, what each rank waits in, wait chains and suspects."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from verltop.model.problems import Problem
+from verltop.model.rows import ActorRow
+
+
+class Frame(NamedTuple):
+    """One stack frame. A named tuple: stacks of thousands of ranks are hashed and compared in C."""
+
+    func: str
+    file: str
+    line: int | None
+    module: str | None = None
+
+    def short(self) -> str:
+        base = self.file.rsplit("/", 1)[-1]
+        # `create_colocated_worker_cls.<locals>.WorkerDict.update` reads better as `WorkerDict.update`
+        func = self.func.rsplit("<locals>.", 1)[-1]
+        return f"{base}:{self.line} {func}" if self.line else f"{base} {func}"
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadStack:
+    thread_id: int | None
+    name: str | None
+    active: bool | None
+    owns_gil: bool | None
+    frames: tuple[Frame, ...]  # innermost first, as py-spy prints them
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessDump:
+    """One py-spy sample of one process (or the reason there is none)."""
+
+    pid: int
+    threads: tuple[ThreadStack, ...] = ()
+    error: Problem | None = None
+    native: bool = False
+    taken_at: float | None = None
+    duration_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BlockedOn:
+    op: str
+    frame: str | None
+    evidence: tuple[str, ...] = ()
+    gpu_wait: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CollectiveInfo:
+    source: str  # "flight_recorder" | "watchdog_log"
+    op: str | None
+    seq: int | None
+    last_enqueued: int | None
+    last_completed: int | None
+    numel: int | None
+    pg: str | None = None
+    timeout_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Death:
+    """Why a process died, classified from Ray's cause and its own last log lines."""
+
+    kind: str  # nccl_timeout | cuda_oom | host_oom | exception | signal | exit | unknown
+    detail: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ChildProc:
+    """A descendant process of an actor (a vLLM engine core or TP worker, an SGLang scheduler, a sandbox),
+    as a dump covers it."""
+
+    actor_id: str
+    pid: int
+    ppid: int | None
+    title: str | None  # the first NUL-separated field of its cmdline (setproctitle's title)
+
+
+@dataclass(frozen=True, slots=True)
+class RankDump:
+    """One rank of a cross-rank dump, joined to its actor row and analysed. A descendant process of an actor
+    is a RankDump too: ``actor`` is its actor's row with the child's pid, ``process`` its title."""
+
+    actor: ActorRow
+    samples: tuple[ProcessDump, ...]
+    main: ThreadStack | None = None
+    blocked_on: BlockedOn | None = None
+    stuck: bool | None = None
+    collective: CollectiveInfo | None = None
+    error: Problem | None = None
+    process: str | None = None  # a child's title; None on the actor's own entry
+    parent_pid: int | None = None  # a child's parent process
+    death: Death | None = None
+
+    @property
+    def stack(self) -> tuple[Frame, ...]:
+        return self.main.frames if self.main else ()
+
+    @property
+    def key(self) -> str:
+        """Unique per dumped process: the actor id, ``actor_id:pid`` for a child, ``driver:job`` for a driver."""
+        return f"{self.actor.actor_id}:{self.actor.pid}" if self.process is not None else self.actor.actor_id
+
+    @property
+    def is_driver(self) -> bool:
+        return self.actor.role == "driver"
+
+
+@dataclass(frozen=True, slots=True)
+class Suspect:
+    actor_id: str
+    worker_group: str | None
+    rank: int | None
+    reason: str
+    score: float = 0.0
+    pid: int | None = None  # the process: the actor's own, or one of its children
+    placement_group_id: str | None = None  # set when the suspect is a placement group Ray cannot place
+
+
+@dataclass(frozen=True, slots=True)
+class ChainLink:
+    """One hop of a wait chain: a task (or a process) that waits on the next hop."""
+
+    actor_id: str | None
+    actor_name: str | None
+    task: str | None  # the Ray task, or a child process's title
+    pid: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ChainEnd:
+    """Where a wait chain ends: a process that waits on nothing we can see."""
+
+    pid: int | None
+    process: str | None  # its title when it is a child process
+    frame: str | None
+    reason: str
+    # a wait on workers that do not exist yet ends in the placement group Ray has not placed for them
+    placement_group_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Chain:
+    """Who waits on whom, from the top (the driver or the controller) down to the process holding it up."""
+
+    path: tuple[ChainLink, ...]
+    ends_in: ChainEnd
+
+
+@dataclass(frozen=True, slots=True)
+class StackGroup:
+    """An equivalence class: ranks whose main-thread stacks are identical."""
+
+    ranks: tuple[str, ...]  # labels such as "a1B2c3:3" or "controller"
+    blocked_on: BlockedOn | None
+    frames: tuple[Frame, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DumpReport:
+    taken_at: float
+    ranks: tuple[RankDump, ...]
+    groups: tuple[StackGroup, ...]
+    suspects: tuple[Suspect, ...]
+    native: bool = False
+    samples: int = 1
+    notes: tuple[str, ...] = field(default=())
+    chains: tuple[Chain, ...] = ()

@@ -1,0 +1,288 @@
+"""The JSON contracts (``snapshot --json``, ``dump --json``, ``doctor --json``, incident files): views of the
+model made for scripts, with their human-readable fields (``stall_reason``, ``reason``) in the same words as
+the screens. Stable: tests and scripts rely on every key. Unknown values are null, not absent.
+
+A recording stores the model itself, every field (``verltop.codec``); these views drop what scripts do not
+need and add derived fields.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from verltop.model import (
+    PHASES,
+    ActorRow,
+    BlockedOn,
+    Chain,
+    ChainEnd,
+    ChainLink,
+    CollectiveInfo,
+    Death,
+    DoctorNode,
+    DoctorReport,
+    DumpReport,
+    Frame,
+    Mismatch,
+    Node,
+    PendingItem,
+    ProcRow,
+    RankDump,
+    Snapshot,
+    StackGroup,
+    Stall,
+    Step,
+    Suspect,
+)
+from verltop.text.pending import pending_reason
+from verltop.text.stalls import stall_reason, stall_reasons, stall_target
+
+
+def _round(v: float | None) -> float | None:
+    return None if v is None else round(v, 3)
+
+
+# ---------------------------------------------------------------- snapshot --json
+
+
+def snapshot_json(s: Snapshot) -> dict[str, Any]:
+    """``verltop snapshot --json``."""
+    return {
+        "taken_at": s.taken_at,
+        "source": {"address": s.address, "age_s": _round(s.age_s), "errors": s.errors},
+        "nodes": [node_json(n) for n in s.nodes],
+        "actors": [actor_json(a) for a in s.actors],
+        "phase": s.phase,
+        "orphans": None if s.orphans is None else [orphan_json(o) for o in s.orphans],
+        "pending": [pending_json(p) for p in s.pending],
+        "steps": [step_json(st) for st in s.steps],
+    }
+
+
+def node_json(n: Node) -> dict[str, Any]:
+    """A node with its GPUs (``nodes[]``)."""
+    return {
+        "node_id": n.node_id,
+        "ip": n.ip,
+        "hostname": n.hostname,
+        "cpu_percent": n.cpu_percent,
+        "mem_used_bytes": n.mem_used_bytes,
+        "mem_total_bytes": n.mem_total_bytes,
+        "gpus": [
+            {
+                "index": g.index,
+                "name": g.name,
+                "util_percent": g.util_percent,
+                "mem_used_bytes": g.mem_used_bytes,
+                "mem_total_bytes": g.mem_total_bytes,
+                "power_w": g.power_w,
+            }
+            for g in n.gpus
+        ],
+        "object_store_used_bytes": n.object_store_used_bytes,
+        "object_store_total_bytes": n.object_store_total_bytes,
+        "object_store_spilled_bytes": n.object_store_spilled_bytes,
+    }
+
+
+def actor_json(a: ActorRow) -> dict[str, Any]:
+    """One actor (``actors[]``): its rank, task, use, stalls and processes."""
+    return {
+        "actor_id": a.actor_id,
+        "actor_name": a.actor_name,
+        "class_name": a.class_name,
+        "pid": a.pid,
+        "node_ip": a.node_ip,
+        "state": a.state,
+        "worker_group": a.worker_group,
+        "rank": a.rank,
+        "world_size": a.world_size,
+        "role": a.role,
+        "roles": list(a.roles),
+        "task": a.task,
+        "task_running_s": _round(a.task_running_s),
+        "gpu_index": a.gpu_index,
+        "gpu_util_percent": a.gpu_util_percent,
+        "gpu_mem_bytes": a.gpu_mem_bytes,
+        "cpu_percent": a.cpu_percent,
+        "rss_bytes": a.rss_bytes,
+        "stalled": a.stalled,
+        "stall_reason": stall_reasons(a),
+        "stalls": [stall_json(st) for st in a.stalls],
+        "processes": None if a.processes_read_at is None else [proc_json(p) for p in a.processes],
+        "num_restarts": a.num_restarts,
+        "gpu_power_w": a.gpu_power_w,
+        "gpu_mem_peak_bytes": a.gpu_mem_peak_bytes,
+        "rss_peak_bytes": a.rss_peak_bytes,
+        "gpu_mem_growth_bytes_per_min": _round(a.gpu_mem_growth_bytes_per_min),
+        "rss_growth_bytes_per_min": _round(a.rss_growth_bytes_per_min),
+    }
+
+
+def stall_json(st: Stall) -> dict[str, Any]:
+    """One stall rule that fired (``actors[].stalls[]``), its numbers and its sentence."""
+    return {"rule": st.rule, "running_s": _round(st.running_s), "method": st.method,
+            "median_s": _round(st.median_s), "ratio": _round(st.ratio), "limit_s": _round(st.limit_s),
+            "peers": st.peers, "peers_done_s": _round(st.peers_done_s), "state": st.state,
+            "cause": st.cause, "op": st.op, "count": st.count, "expected": st.expected,
+            "restarts": st.restarts, "waits_for": st.waits_for, "target": stall_target(st),
+            "scheduling_state": st.scheduling_state, "waiting_s": _round(st.waiting_s),
+            "reason": stall_reason(st)}
+
+
+def proc_json(p: ProcRow) -> dict[str, Any]:
+    """A descendant process (``actors[].processes``): the first seven fields."""
+    return {"pid": p.pid, "ppid": p.ppid, "title": p.title, "cpu_percent": p.cpu_percent,
+            "rss_bytes": p.rss_bytes, "gpu_index": p.gpu_index, "gpu_mem_bytes": p.gpu_mem_bytes}
+
+
+def orphan_json(p: ProcRow) -> dict[str, Any]:
+    """An orphan (``orphans``): a descendant's fields, its node and the actor it was last seen under."""
+    return {**proc_json(p), "node_ip": p.node_ip, "actor_id": p.actor_id}
+
+
+def pending_json(p: PendingItem) -> dict[str, Any]:
+    """A placement group, actor or task Ray has not placed (``pending[]``), and why."""
+    return {
+        "kind": p.kind,
+        "id": p.id,
+        "name": p.name,
+        "worker_group": p.worker_group,
+        "state": p.state,
+        "scheduling_state": p.scheduling_state,
+        "demand": [dict(b) for b in p.demand],
+        "strategy": p.strategy,
+        "waiting_s": _round(p.waiting_s),
+        "reason": pending_reason(p),
+    }
+
+
+def step_json(st: Step) -> dict[str, Any]:
+    """One training step (``steps[]``): seconds per phase and the arrival skew of each."""
+    ph, sk = dict(st.phases), dict(st.skew_s)
+    return {"index": st.index, "started_at": round(st.started_at, 3), "duration_s": _round(st.duration_s),
+            "phases": {p: _round(ph.get(p)) for p in PHASES},
+            "skew_s": {p: _round(sk.get(p)) for p in PHASES if p != "other"}}
+
+
+# ---------------------------------------------------------------- dump --json
+
+
+def dump_json(r: DumpReport) -> dict[str, Any]:
+    """``verltop dump --json`` (and a saved dump's ``.json``)."""
+    return {
+        "taken_at": r.taken_at,
+        "ranks": [rank_json(x) for x in r.ranks],
+        "groups": [group_json(g) for g in r.groups],
+        "suspects": [suspect_json(s) for s in r.suspects],
+        "chains": [chain_json(c) for c in r.chains],
+        "notes": list(r.notes),
+    }
+
+
+def rank_json(x: RankDump) -> dict[str, Any]:
+    """One dumped process (``ranks[]``): its actor's fields, where it waits, its stack."""
+    a = x.actor
+    return {
+        "actor_id": None if x.is_driver else a.actor_id,
+        "actor_name": a.actor_name,
+        "class_name": a.class_name,
+        "pid": a.pid,
+        "node_ip": a.node_ip,
+        "state": a.state,
+        "worker_group": a.worker_group,
+        "rank": a.rank,
+        "world_size": a.world_size,
+        "role": a.role,
+        "roles": list(a.roles),
+        "task": a.task,
+        "task_running_s": _round(a.task_running_s),
+        "process": x.process,
+        "parent_pid": x.parent_pid,
+        "blocked_on": blocked_json(x.blocked_on) if x.blocked_on else None,
+        "collective": collective_json(x.collective) if x.collective else None,
+        "stuck": x.stuck,
+        "stack": [frame_json(f) for f in x.stack],
+        "error": x.error.text if x.error else None,
+        "death": death_json(x.death) if x.death else None,
+    }
+
+
+def frame_json(f: Frame) -> dict[str, Any]:
+    """One stack frame."""
+    return {"func": f.func, "file": f.file, "line": f.line}
+
+
+def blocked_json(b: BlockedOn) -> dict[str, Any]:
+    """The call a rank waits in, and the frame that made it."""
+    return {"op": b.op, "frame": b.frame}
+
+
+def collective_json(c: CollectiveInfo) -> dict[str, Any]:
+    """The collective a rank is in, from the Flight Recorder or the watchdog's log."""
+    return {
+        "source": c.source,
+        "op": c.op,
+        "seq": c.seq,
+        "last_enqueued": c.last_enqueued,
+        "last_completed": c.last_completed,
+        "numel": c.numel,
+    }
+
+
+def death_json(d: Death) -> dict[str, Any]:
+    """Why a process died."""
+    return {"kind": d.kind, "detail": d.detail}
+
+
+def group_json(g: StackGroup) -> dict[str, Any]:
+    """Ranks with the same stack (``groups[]``), frames as ``file:line func``."""
+    return {
+        "ranks": list(g.ranks),
+        "blocked_on": blocked_json(g.blocked_on) if g.blocked_on else None,
+        "frames": [f.short() for f in g.frames],
+    }
+
+
+def suspect_json(s: Suspect) -> dict[str, Any]:
+    """A suspect (``suspects[]``): the process (or placement group) and why."""
+    return {"actor_id": s.actor_id or None, "worker_group": s.worker_group, "rank": s.rank,
+            "pid": s.pid, "reason": s.reason, "placement_group_id": s.placement_group_id}
+
+
+def chain_json(c: Chain) -> dict[str, Any]:
+    """A wait chain (``chains[]``): its hops from the top, and where it ends."""
+    return {"path": [link_json(p) for p in c.path], "ends_in": chain_end_json(c.ends_in)}
+
+
+def link_json(lk: ChainLink) -> dict[str, Any]:
+    """One hop of a wait chain."""
+    return {"actor_id": lk.actor_id, "actor_name": lk.actor_name, "task": lk.task, "pid": lk.pid}
+
+
+def chain_end_json(e: ChainEnd) -> dict[str, Any]:
+    """Where a wait chain ends, and why there."""
+    return {"pid": e.pid, "process": e.process, "frame": e.frame, "reason": e.reason,
+            "placement_group_id": e.placement_group_id}
+
+
+# ---------------------------------------------------------------- doctor --json
+
+
+def doctor_json(r: DoctorReport) -> dict[str, Any]:
+    """``verltop doctor --json``."""
+    return {"taken_at": r.taken_at, "nodes": [doctor_node_json(n) for n in r.nodes],
+            "mismatches": [mismatch_json(m) for m in r.mismatches], "problems": [p.text for p in r.problems],
+            "notes": list(r.notes), "path": r.path, "elapsed_s": _round(r.elapsed_s)}
+
+
+def doctor_node_json(n: DoctorNode) -> dict[str, Any]:
+    """One node's column: its checks by name, or why it could not be checked."""
+    return {"node_id": n.node_id, "ip": n.ip, "hostname": n.hostname, "label": n.label,
+            "is_head": n.is_head, "checks": dict(n.checks), "error": n.error.text if n.error else None}
+
+
+def mismatch_json(m: Mismatch) -> dict[str, Any]:
+    """A check that differs between nodes: the values, the majority, the odd ones out."""
+    return {"check": m.check, "values": dict(m.values), "majority": m.majority,
+            "deviants": list(m.deviants), "text": m.problem.text}
