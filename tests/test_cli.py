@@ -8,7 +8,8 @@ import stat
 import subprocess
 import sys
 
-from tests.replay_server import ReplayDashboard, free_port
+from tests.net import free_port
+from tests.replay_server import ReplayDashboard
 
 ACTOR_KEYS = {"actor_id", "actor_name", "class_name", "pid", "node_ip", "state", "worker_group", "rank",
               "world_size", "role", "roles", "task", "task_running_s", "gpu_index", "gpu_util_percent",

@@ -137,7 +137,7 @@ class FakeDashboardProcess:
     must not be the test process' (the TUI under Pilot runs there)."""
 
     def __init__(self, *args: str) -> None:
-        from tests.replay_server import free_port
+        from tests.net import free_port
 
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"

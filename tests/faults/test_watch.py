@@ -16,7 +16,7 @@ import pytest
 
 from tests.engine.procs import Dashboard, Hook, Watch
 from tests.faults.helpers import ROOT, clean_env
-from tests.replay_server import free_port
+from tests.net import free_port
 from verltop.engine import recfile as rf
 from verltop.engine.recording import Recording
 

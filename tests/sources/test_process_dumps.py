@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import time
 
 import psutil
 import pytest
 
 from tests.analysis.helpers import row
+from tests.net import free_port
 from tests.shapes import spawn
 from verltop.analysis.dump import analyse
 from verltop.sources.pyspy import DumpOptions, find_pyspy
@@ -23,12 +23,6 @@ from verltop.sources.stacks import StackCapture, Target
 from verltop.text.contract import dump_json
 
 pytestmark = pytest.mark.skipif(find_pyspy() is None, reason="py-spy not installed")
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _kill_tree(p) -> None:
@@ -96,7 +90,7 @@ def _dump(rows, samples: int = 2):
 @pytest.fixture(scope="module")
 def vllm_server(tmp_path_factory):
     d = tmp_path_factory.mktemp("vllm")
-    p = spawn("servers.vllm_server_main", str(d), 2, _port(), 1)
+    p = spawn("servers.vllm_server_main", str(d), 2, free_port(), 1)
     try:
         kids = _wait_titles(p.pid, {"VLLM::EngineCore_DP0", "VLLM::Worker_TP0", "VLLM::Worker_TP1"})
         yield p, kids
@@ -134,7 +128,7 @@ def test_vllm_shaped_server_names_the_hung_tp_worker(vllm_server):
 
 
 def test_sglang_shaped_server_names_tp0(tmp_path):
-    p = spawn("servers.sglang_server_main", str(tmp_path), 2, _port(), True)
+    p = spawn("servers.sglang_server_main", str(tmp_path), 2, free_port(), True)
     try:
         kids = _wait_titles(p.pid, {"sglang::scheduler_TP0", "sglang::scheduler_TP1", "sglang::detokenizer"})
         rep = _settled([_server_row("sg", p.pid, "SGLangHttpServer", "sglang_server_0_0")],
