@@ -22,8 +22,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.faults.helpers import PtyTui, screen_text, verltop, wait_for
+from tests.faults.helpers import PtyTui, screen_text, verltop
 from tests.faults.live_cluster import SECRETS, TOKEN, WG_PREFIX, LiveCluster
+from tests.wait import pilot_wait
 from verltop.sources.pyspy import ptrace_problem
 from verltop.text.contract import dump_json
 
@@ -127,7 +128,7 @@ async def test_tui_never_shows_secrets(live, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # `w` writes the dump here
     app = make_app(live)
     async with app.run_test(size=(200, 50)) as pilot:
-        await wait_for(pilot, lambda: len(rank_rows(app)) == 4, 30, what="four ranks")
+        await pilot_wait(pilot, lambda: len(rank_rows(app)) == 4, 30, what="four ranks")
         clean(screen_text(app), "the main screen")
         clean(repr(app.engine.src.actors.value), "verltop's memory (actor rows)")
         table = app.screen.query_one(ActorTable)
@@ -138,18 +139,18 @@ async def test_tui_never_shows_secrets(live, tmp_path, monkeypatch):
             await pilot.press("j")
         await pilot.press("enter")
         assert type(app.screen).__name__ == "DetailsScreen"
-        await wait_for(pilot, lambda: "loading" not in str(app.screen.query_one("#log").render()), 20,
+        await pilot_wait(pilot, lambda: "loading" not in str(app.screen.query_one("#log").render()), 20,
                        what="the log tail")
         clean(screen_text(app), "the details screen")
         await pilot.press("o")
-        await wait_for(pilot, lambda: "loading" not in str(app.screen.query_one("#log").render()), 20,
+        await pilot_wait(pilot, lambda: "loading" not in str(app.screen.query_one("#log").render()), 20,
                        what="the stdout tail")
         clean(screen_text(app), "the details screen (stdout)")
         await pilot.press("escape")
 
         await pilot.press("D")
         assert type(app.screen).__name__ == "StackScreen"
-        await wait_for(pilot, lambda: app.screen.report is not None, 60, what="the dump")
+        await pilot_wait(pilot, lambda: app.screen.report is not None, 60, what="the dump")
         rep = app.screen.report
         # the four ranks, the controller and the driver: every process of the job
         assert all(r.error is None for r in rep.ranks), [(r.actor.rank, r.error) for r in rep.ranks]
@@ -238,10 +239,10 @@ async def test_tui_dump_without_ptrace_says_how_to_fix(live, tmp_path, monkeypat
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}")
     app = make_app(live)
     async with app.run_test(size=(200, 50)) as pilot:
-        await wait_for(pilot, lambda: len(rank_rows(app)) == 4, 30, what="four ranks")
-        await wait_for(pilot, lambda: len(app.engine.local_node_ids()) == 2, 10, what="both nodes local")
+        await pilot_wait(pilot, lambda: len(rank_rows(app)) == 4, 30, what="four ranks")
+        await pilot_wait(pilot, lambda: len(app.engine.local_node_ids()) == 2, 10, what="both nodes local")
         await pilot.press("D")
-        await wait_for(pilot, lambda: app.screen.report is not None, 60, what="the dump")
+        await pilot_wait(pilot, lambda: app.screen.report is not None, 60, what="the dump")
         ranks = app.screen.report.ranks
         assert len([r for r in ranks if r.actor.role != "driver"]) == 5  # 4 ranks and the controller
         assert [r.error for r in ranks] == [ptrace_problem()] * len(ranks)
@@ -399,9 +400,9 @@ async def test_node_leaves_the_cluster(live):
 
     app = make_app(live)
     async with app.run_test(size=(200, 50)) as pilot:
-        await wait_for(pilot, lambda: len(rank_rows(app)) == 4, 30, what="the ranks")
+        await pilot_wait(pilot, lambda: len(rank_rows(app)) == 4, 30, what="the ranks")
         header = app.screen.query_one("#header")
-        await wait_for(pilot, lambda: "(1 dead)" in header.text.plain, 15, what="the dead node in the header")
+        await pilot_wait(pilot, lambda: "(1 dead)" in header.text.plain, 15, what="the dead node in the header")
         rows = rank_rows(app)
         assert rows[2].state == rows[3].state == "DEAD" and rows[2].stalled
         text = screen_text(app)
