@@ -15,6 +15,8 @@ from pathlib import Path
 
 from tests.faults.helpers import ROOT, clean_env
 from tests.wait import wait_until
+from verltop.engine.recfile import RecordingError
+from verltop.engine.recording import Recording
 
 
 class Hook:
@@ -98,6 +100,19 @@ class Watch:
     def incidents(self) -> list[Path]:
         d = self.dir / "incidents"
         return sorted(p for p in d.iterdir() if (p / "incident.json").exists()) if d.is_dir() else []
+
+    def recording(self) -> Recording | None:
+        """The recording as it stands (each frame is one write: it reads while being written); None before
+        its first snapshot."""
+        try:
+            return Recording.open(self.dir)
+        except RecordingError:
+            return None
+
+    def recorded(self) -> int:
+        """How many snapshots the recording holds now."""
+        rec = self.recording()
+        return len(rec.snaps) if rec else 0
 
     def wait(self, cond, timeout: float, what: str) -> None:
         def ready() -> object:

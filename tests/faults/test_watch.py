@@ -18,7 +18,6 @@ from tests.engine.procs import Dashboard, Hook, Watch
 from tests.faults.helpers import ROOT, clean_env
 from tests.net import free_port
 from verltop.engine import recfile as rf
-from verltop.engine.recfile import RecordingError
 from verltop.engine.recording import Recording
 
 
@@ -33,14 +32,6 @@ def cleanup():
             t.kill()
         elif isinstance(t, Hook):
             t.close()
-
-
-def recorded(w: Watch) -> Recording | None:
-    """The watch's recording as it stands (each frame is one write: it reads while being written)."""
-    try:
-        return Recording.open(w.dir)
-    except RecordingError:
-        return None
 
 
 RULE = ("--stall-after", "12", "--interval", "1", "--clear-after", "5")
@@ -93,11 +84,11 @@ def test_watch_catches_the_hang_and_lives_through_the_dashboard_killed(tmp_path,
     dash.kill()
     killed_at = time.time()
     w.wait(lambda: "dashboard: dashboard not reachable" in w.log(), 30, "the outage in the log")
-    w.wait(lambda: (r := recorded(w)) and r.events_of(rf.STATUS), 15, "the outage in the recording")
+    w.wait(lambda: (r := w.recording()) and r.events_of(rf.STATUS), 15, "the outage in the recording")
     dash.start()
     w.wait(lambda: "dashboard answers again" in w.log(), 45, "the recovery in the log")
     back_at = time.time()
-    w.wait(lambda: (r := recorded(w)) and len(r.events_of(rf.STATUS)) >= 2 and r.times[-1] > back_at, 20,
+    w.wait(lambda: (r := w.recording()) and len(r.events_of(rf.STATUS)) >= 2 and r.times[-1] > back_at, 20,
            "the recovery and a snapshot after it in the recording")
 
     # 3. SIGTERM: a clean end, a whole recording
@@ -120,7 +111,7 @@ def test_two_stalls_in_a_row_give_two_incidents(tmp_path, cleanup):
     try:
         w = Watch(tmp_path / "w", fd.url, *RULE)
         cleanup.append(w)
-        w.wait(lambda: (r := recorded(w)) and len(r.snaps) >= 3, 30, "three healthy snapshots in the recording")
+        w.wait(lambda: w.recorded() >= 3, 30, "three healthy snapshots in the recording")
         for n in (1, 2):
             cluster.set_hang(rank=1)
             w.wait(lambda n=n: len(w.incidents()) == n, 90, f"incident {n}")
