@@ -17,6 +17,7 @@ import pytest
 from tests.analysis.helpers import row
 from tests.net import free_port
 from tests.shapes import spawn
+from tests.wait import wait_until
 from verltop.analysis.dump import analyse
 from verltop.sources.pyspy import DumpOptions, find_pyspy
 from verltop.sources.stacks import StackCapture, Target
@@ -35,17 +36,16 @@ def _kill_tree(p) -> None:
 
 
 def _wait_titles(pid: int, titles: set[str], timeout: float = 60) -> dict[str, int]:
-    deadline = time.monotonic() + timeout
-    while True:
+    def children() -> dict[str, int]:
         got = {}
         with contextlib.suppress(psutil.Error):
             for c in psutil.Process(pid).children(recursive=True):
                 with contextlib.suppress(psutil.Error):
                     got[c.cmdline()[0] if c.cmdline() else ""] = c.pid
-        if titles <= set(got):
-            return got
-        assert time.monotonic() < deadline, f"children {sorted(got)} after {timeout}s, wanted {sorted(titles)}"
-        time.sleep(0.2)
+        return got
+
+    return wait_until(lambda: titles <= set(got := children()) and got, timeout, f"children titled {sorted(titles)}",
+                      step=0.2, detail=lambda: sorted(children()))
 
 
 def _server_row(aid: str, pid: int, cls: str, name: str):
@@ -57,12 +57,16 @@ def _server_row(aid: str, pid: int, cls: str, name: str):
 
 def _settled(rows, want, timeout: float = 90):
     """Dump until ``want(report)`` holds (the children take seconds to import torch and get in place)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        rep = _dump(rows)
-        if want(rep) or time.monotonic() > deadline:
-            return rep
-        time.sleep(0.5)
+    last: list = [None]
+
+    def dumped():
+        rep = last[0] = _dump(rows)
+        return want(rep) and rep
+
+    try:
+        return wait_until(dumped, timeout, "the dump to show the children in place", step=0.5)
+    except AssertionError:
+        return last[0]  # the caller's assertions say what is missing
 
 
 def _op(rep, title: str):
