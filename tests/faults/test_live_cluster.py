@@ -24,7 +24,7 @@ import pytest
 
 from tests.faults.helpers import PtyTui, screen_text, verltop
 from tests.faults.live_cluster import SECRETS, TOKEN, WG_PREFIX, LiveCluster
-from tests.wait import pilot_wait
+from tests.wait import pilot_wait, wait_until
 from verltop.sources.pyspy import ptrace_problem
 from verltop.text.contract import dump_json
 
@@ -357,13 +357,11 @@ async def test_actor_dies_mid_dump(live):
     assert next(r for r in js["ranks"] if r["rank"] == 1)["error"] == dead.error.text
 
     # the snapshot (and the CLI) then report it DEAD with Ray's cause; the other ranks stay ALIVE
-    deadline = time.monotonic() + 30
-    while True:
+    def ranks() -> dict[int, dict]:
         p = verltop("--address", live.address, "snapshot", "--json", env=live.env())
-        st = {a["rank"]: a for a in json.loads(p.stdout)["actors"] if a["worker_group"] == WG_PREFIX}
-        if st[1]["state"] == "DEAD" or time.monotonic() > deadline:
-            break
-        time.sleep(1)
+        return {a["rank"]: a for a in json.loads(p.stdout)["actors"] if a["worker_group"] == WG_PREFIX}
+
+    st = wait_until(lambda: (s := ranks())[1]["state"] == "DEAD" and s, 30, "rank 1 DEAD in the snapshot", step=1)
     assert st[1]["state"] == "DEAD" and st[1]["stalled"] and "DEAD" in st[1]["stall_reason"]
     assert [st[r]["state"] for r in (0, 2, 3)] == ["ALIVE"] * 3
 
@@ -372,15 +370,18 @@ async def test_node_leaves_the_cluster(live):
     """The second raylet goes away for real: its ranks are DEAD with Ray's reason, the rest is reported,
     a probe aimed at the gone node fails at once with the reason, and the TUI shows it all."""
     live.send("remove_node")
-    deadline = time.monotonic() + 60
-    while True:
+    def snapshot() -> dict:
         p = verltop("--address", live.address, "snapshot", "--json", env=live.env())
         assert p.returncode == 0, p.stderr
-        doc = json.loads(p.stdout)
-        st = {a["rank"]: a for a in doc["actors"] if a["worker_group"] == WG_PREFIX}
-        if st[2]["state"] == st[3]["state"] == "DEAD" or time.monotonic() > deadline:
-            break
-        time.sleep(1)
+        return json.loads(p.stdout)
+
+    def ranks_2_3_dead() -> dict | None:
+        d = snapshot()
+        s = {a["rank"]: a for a in d["actors"] if a["worker_group"] == WG_PREFIX}
+        return d if s[2]["state"] == s[3]["state"] == "DEAD" else None
+
+    doc = wait_until(ranks_2_3_dead, 60, "ranks 2 and 3 DEAD in the snapshot", step=1)
+    st = {a["rank"]: a for a in doc["actors"] if a["worker_group"] == WG_PREFIX}
     for r in (2, 3):
         assert st[r]["state"] == "DEAD" and "node" in st[r]["stall_reason"].lower(), st[r]
     assert st[0]["state"] == "ALIVE" and len(doc["nodes"]) == 2

@@ -16,14 +16,13 @@ import secrets
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.wait import wait_until
+from tests.wait import pilot_wait, wait_until
 
 pytestmark = pytest.mark.ray
 
@@ -174,31 +173,24 @@ async def test_pool_placed_once_the_other_job_releases(pending_cluster: PendingC
     async with app.run_test(size=(200, 50)) as pilot:
         t = app.screen.query_one(ActorTable)
 
-        async def wait(cond, timeout: float, what: str):
-            deadline = time.monotonic() + timeout
-            while not (v := cond()):
-                assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}"
-                await pilot.pause(0.25)
-            return v
-
         def job2_line() -> str | None:
             snap = app.snapshot
             p = next((p for p in (snap.pending if snap else ()) if p.name == "job2verl_group_2:0"), None)
             return f"pend:placement_group:{p.id}" if p is not None and f"pend:placement_group:{p.id}" in t.keys \
                 else None
 
-        key = await wait(job2_line, 60, "job 2's placement group on screen")
+        key = await pilot_wait(pilot, job2_line, 60, "job 2's placement group on screen", step=0.25)
         line = t.cells(key)["pending"]
         assert "NO_RESOURCES" in line and "2 bundles × {CPU: 1}" in line
         assert any(k.startswith("grp:group:holdwg") for k in t.keys)
         c.cmd("release")
-        await wait(lambda: key not in t.keys, 30, "the pending line to go")
+        await pilot_wait(pilot, lambda: key not in t.keys, 30, "the pending line to go", step=0.25)
         def job2_alive() -> list[Any]:
             return [a for a in (app.snapshot.actors if app.snapshot else ())
                     if a.worker_group == "job2wg" and a.state == "ALIVE"]
 
         # the two workers come up one poll apart at times: wait for both, then for their rows
-        rows = await wait(lambda: len(job2_alive()) == 2 and job2_alive(), 60, "both of job 2's workers")
-        await wait(lambda: all(r.actor_id in t.keys for r in rows), 10, "job 2's rows on screen")
+        rows = await pilot_wait(pilot, lambda: len(job2_alive()) == 2 and job2_alive(), 60, "both of job 2's workers", step=0.25)
+        await pilot_wait(pilot, lambda: all(r.actor_id in t.keys for r in rows), 10, "job 2's rows on screen", step=0.25)
         assert c.cmd("wait_job2")["ready"]
         await pilot.press("q")

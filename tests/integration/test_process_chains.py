@@ -194,10 +194,8 @@ def test_d_on_a_rollout_server_dumps_its_engine(chains_cluster):
 def test_sigkilled_rank_and_a_worker_that_raised(chains_cluster):
     c = chains_cluster
     pids = c.cmd(cmd="gloo")["pids"]
-    deadline = time.monotonic() + 60
-    while not all((c.state / f"pos{r}").exists() for r in (0, 1)):
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    wait_until(lambda: all((c.state / f"pos{r}").exists() for r in (0, 1)), 60, "both gloo ranks in all_reduce",
+               step=0.2)
     time.sleep(1.0)
     os.kill(pids[1], signal.SIGKILL)
 
