@@ -75,10 +75,10 @@ async def test_t_shows_each_steps_phases_as_the_job_timed_them(demo):
         await pilot.press("t")
         screen = app.screen
         assert isinstance(screen, TimelineScreen)
-        # three steps that ran while we watched, made exact from Ray's task events
+        # two steps that ran while we watched (a step is ~10 s), made exact from Ray's task events
         watched = await pilot_wait(
             pilot, lambda: (w := [s for s in screen.steps if s.started_at > start and not s.running and s.exact])
-            and len(w) >= 3 and w, 90, "three exact steps watched", step=0.5,
+            and len(w) >= 2 and w, 90, "two exact steps watched", step=0.5,
             detail=lambda: [(s.index, s.running, s.exact) for s in screen.steps])
         shown = str(screen.query_one("#timeline-steps").render())
         assert f"#{watched[-1].index}" in shown and "gen" in shown
