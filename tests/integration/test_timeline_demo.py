@@ -163,9 +163,13 @@ async def test_a_collective_hang_keeps_its_step_open(hung_demo):
     mon = Monitor(endpoint(hung_demo), IV, use_local=False)
     mon.start()
     try:
-        # two snapshots of the hung step, the second a few polls after the first
-        a = await wait_until_async(lambda: (s := mon.latest) and s.steps and any(
-            r.phase == "update_actor" for r in s.steps[-1].runs) and s, 30, "the hung update_actor in a snapshot")
+        # two snapshots of the hung step, once the monitor has read the job's finished runs (before, a
+        # snapshot knows only the running tasks and numbers the steps from 1), the second a few polls later
+        await wait_until_async(lambda: mon.seeded, 30, "the monitor's read of the finished runs")
+        seeded = time.time()
+        a = await wait_until_async(lambda: (s := mon.latest) and s.taken_at > seeded and any(
+            r.phase == "update_actor" for r in s.steps[-1].runs) and s, 30, "the hung update_actor in a snapshot",
+            detail=lambda: mon.latest and [(x.index, x.running) for x in mon.latest.steps])
         b = await snapshot_after(mon, a.taken_at + 3 * POLL_S)
     finally:
         await mon.stop()
