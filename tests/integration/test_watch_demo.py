@@ -99,7 +99,7 @@ def test_one_incident_per_hang_naming_the_straggler(demo, watched):
     assert hook.posts[0][2] == {"text": f"verltop: {(inc / 'summary.txt').read_text().strip()} ({inc})"}
     assert (tmp / "hooked").read_text().strip() == str(inc)
     n = w.recorded()  # more polls of the same stall
-    w.wait(lambda: w.recorded() >= n + 4, 60, "four more snapshots in the recording")
+    w.wait(lambda: w.recorded() >= n + 3, 60, "three more snapshots in the recording")
     assert len(w.incidents()) == 1 and w.text().count("INCIDENT") == 1  # one per stall, not per poll
     release(demo)
     w.wait(lambda: " over: " in w.text(), 60, "the end of the incident")
