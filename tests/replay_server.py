@@ -10,13 +10,14 @@ import errno
 import glob
 import json
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from aiohttp import web
+
+from tests.net import free_port
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RAY_GPU = FIXTURES / "real-gpu" / "ray-gpu-cluster"
@@ -26,12 +27,6 @@ RAY_GPU = FIXTURES / "real-gpu" / "ray-gpu-cluster"
 NO_ROWS = {"result": True, "msg": "", "data": {"result": {"total": 0, "num_after_truncation": 0, "num_filtered": 0,
                                                           "result": [], "partial_failure_warning": "",
                                                           "warnings": None}}}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 LogFn = Callable[[str, str], "Path | None"]  # (actor_id, "err" | "out") -> the captured log, if any

@@ -8,7 +8,10 @@ import stat
 import subprocess
 import sys
 
-from tests.replay_server import ReplayDashboard, free_port
+import pytest
+
+from tests.net import free_port
+from tests.replay_server import ReplayDashboard
 
 ACTOR_KEYS = {"actor_id", "actor_name", "class_name", "pid", "node_ip", "state", "worker_group", "rank",
               "world_size", "role", "roles", "task", "task_running_s", "gpu_index", "gpu_util_percent",
@@ -36,7 +39,14 @@ def test_snapshot_json_contract(replay):
     assert set(doc["source"]) == {"address", "age_s", "errors"}
     assert doc["pending"] == [] and doc["source"]["errors"] == []
     assert all(set(n) == NODE_KEYS for n in doc["nodes"])
-    assert isinstance(doc["steps"], list)
+    # the capture's one step: the first update_actor, hung (running), nothing finished before it
+    tasks = json.loads((replay.dir / "api_v0_tasks.json").read_text())["data"]["result"]["result"]
+    update_start = min(t["start_time_ms"] for t in tasks if t["name"].endswith("_update_actor")) / 1000
+    [step] = doc["steps"]
+    assert step["index"] == 1 and step["duration_s"] is None
+    assert step["started_at"] == pytest.approx(update_start, abs=0.01)
+    assert {k for k, v in step["phases"].items() if v is not None} == {"update_actor"}
+    assert step["phases"]["update_actor"] == pytest.approx(doc["taken_at"] - update_start, abs=5)
     assert doc["phase"] == "update_actor"
     for a in doc["actors"]:
         assert set(a) == ACTOR_KEYS
@@ -60,6 +70,7 @@ def test_snapshot_stall_after_applies(replay):
 def test_address_from_env_and_text_output(replay):
     p = run("snapshot", "--no-local", env={"RAY_DASHBOARD_ADDRESS": replay.url})
     assert p.returncode == 0 and "actor_rollout" in p.stdout and "GROUP" in p.stdout
+    assert p.stdout.splitlines()[1] == "step 1"  # the running step, under the header
 
 
 def test_dashboard_down_is_one_line():

@@ -14,6 +14,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from tests.faults.helpers import ROOT, clean_env
+from tests.wait import wait_until
+from verltop.engine.recfile import RecordingError
+from verltop.engine.recording import Recording
 
 
 class Hook:
@@ -61,10 +64,13 @@ class Dashboard:
                                       str(self.port), *self.args], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         out.close()
-        deadline = time.monotonic() + 30
-        while "dashboard at" not in self.log.read_text():
-            assert self.proc.poll() is None and time.monotonic() < deadline, self.log.read_text()[-2000:]
-            time.sleep(0.1)
+        proc = self.proc
+
+        def listening() -> bool:
+            assert proc.poll() is None, f"the fake dashboard exited: {self.log.read_text()[-2000:]}"
+            return "dashboard at" in self.log.read_text()
+
+        wait_until(listening, 30, "the fake dashboard to listen", detail=lambda: self.log.read_text()[-2000:])
         return self
 
     def kill(self) -> None:
@@ -95,12 +101,27 @@ class Watch:
         d = self.dir / "incidents"
         return sorted(p for p in d.iterdir() if (p / "incident.json").exists()) if d.is_dir() else []
 
+    def recording(self) -> Recording | None:
+        """The recording as it stands (each frame is one write: it reads while being written); None before
+        its first snapshot."""
+        try:
+            return Recording.open(self.dir)
+        except RecordingError:
+            return None
+
+    def recorded(self) -> int:
+        """How many snapshots the recording holds now."""
+        rec = self.recording()
+        return len(rec.snaps) if rec else 0
+
     def wait(self, cond, timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        while not cond():
+        def ready() -> object:
+            if v := cond():
+                return v
             assert self.proc.poll() is None, f"watch exited ({self.proc.returncode}): {self.text()[-3000:]}"
-            assert time.monotonic() < deadline, f"{what} not within {timeout:.0f} s:\n{self.text()[-3000:]}"
-            time.sleep(0.25)
+            return v
+
+        wait_until(ready, timeout, what, step=0.25, detail=lambda: self.text()[-3000:])
 
     def stop(self) -> int:
         if self.proc.poll() is None:

@@ -51,7 +51,7 @@ async def test_webhook_times_out_and_never_raises(hook):
     t0 = time.monotonic()
     r = await post_webhook(h.url, "x", timeout_s=0.3, tries=2, backoff_s=0.05)
     assert not r.ok and time.monotonic() - t0 < 1.9 and "no answer" in r.detail
-    from tests.replay_server import free_port
+    from tests.net import free_port
 
     r2 = await post_webhook(f"http://127.0.0.1:{free_port()}/x", "x", tries=1)
     assert not r2.ok and "refused" in r2.detail.lower()

@@ -3,12 +3,10 @@ polls of a verl job's running tasks and made exact from its finished tasks, with
 
 from __future__ import annotations
 
-import asyncio
-import time
-
 import pytest
 
 from tests.fakeray import FakeCluster, FakeDashboard
+from tests.wait import wait_until_async
 from verltop.engine.monitor import Intervals, Monitor
 from verltop.sources.config import Endpoint
 from verltop.text.contract import snapshot_json
@@ -21,14 +19,16 @@ def monitor(url: str, **kw) -> Monitor:
 
 
 async def wait_steps(mon: Monitor, n_done: int, timeout: float) -> tuple:
-    deadline = time.monotonic() + timeout
-    while True:
+    """The snapshot's steps once ``n_done`` of them are finished and exact."""
+    seen: list = [()]
+
+    async def steps() -> tuple | None:
         snap = await mon.publish_now()
-        done = [s for s in (snap.steps if snap else ()) if not s.running and s.exact]
-        if len(done) >= n_done:
-            return snap.steps
-        assert time.monotonic() < deadline, [(s.index, s.running, s.exact) for s in (snap.steps if snap else ())]
-        await asyncio.sleep(0.5)
+        seen[0] = snap.steps if snap else ()
+        return seen[0] if sum(1 for s in seen[0] if not s.running and s.exact) >= n_done else None
+
+    return await wait_until_async(steps, timeout, f"{n_done} finished exact steps", step=0.5,
+                                  detail=lambda: [(s.index, s.running, s.exact) for s in seen[0]])
 
 
 async def test_steps_match_the_jobs_phases_and_are_exact():
@@ -66,7 +66,14 @@ async def test_no_timeline_reads_no_finished_tasks():
         mon = monitor(fd.url, timeline=False)
         mon.start()
         try:
-            await asyncio.sleep(8)
+            # a step finishes while the monitor polls: a timeline would read it
+            shown: list = []
+            mon.subscribe(shown.append)
+            k0 = c.position()["step"]
+            await wait_until_async(lambda: c.position()["step"] > k0 and len(shown) >= 3, 20,
+                                   "a step to finish while the monitor polls", detail=lambda: (c.position(), len(shown)))
+            n = len(shown)
+            await wait_until_async(lambda: len(shown) >= n + 2, 10, "two snapshots after it")
             snap = await mon.publish_now()
         finally:
             await mon.stop()
@@ -97,19 +104,20 @@ async def test_a_hung_step_gets_its_finished_phases_read_exactly():
         mon.start()
         try:
             await wait_steps(mon, 3, timeout=30)
-            while c.position()["phase"] not in ("update_critic", "update_actor"):
-                await asyncio.sleep(0.1)
+            await wait_until_async(lambda: c.position()["phase"] in ("update_critic", "update_actor"), 15,
+                                   "an update phase", step=0.05)
             c.set_hang(rank=1)  # freezes the phase running now: every rank stays in it
-            deadline = time.monotonic() + 40
-            while True:
-                await asyncio.sleep(1.0)
+            last: list = [None]
+
+            async def hung_read_exactly():
                 snap = await mon.publish_now()
-                cur = snap.steps[-1]
+                cur = last[0] = snap.steps[-1]
                 done = [r for r in cur.runs if r.end_s is not None]
-                if cur.running and snap.taken_at - cur.started_at > 3.5 * c.step_len and done and \
-                        all(r.exact for r in done):
-                    break
-                assert time.monotonic() < deadline, [(r.phase, r.exact, r.end_s) for r in cur.runs]
+                return cur.running and snap.taken_at - cur.started_at > 3.5 * c.step_len and done and \
+                    all(r.exact for r in done) and cur
+
+            cur = await wait_until_async(hung_read_exactly, 40, "the hung step's finished phases read exactly",
+                                         step=1.0, detail=lambda: [(r.phase, r.exact, r.end_s) for r in last[0].runs])
         finally:
             await mon.stop()
     hung = [r for r in cur.runs if r.end_s is None]

@@ -6,21 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 from tests.fakeray import FakeDashboard
 from tests.fakeray.cluster import ClusterConfig, FakeCluster
+from tests.wait import wait_until_async
 from verltop.analysis.stalls import StallSettings
 from verltop.engine.monitor import Intervals, Monitor
 from verltop.engine.watch import Watcher, WatchSettings
 from verltop.sources.config import Endpoint
-
-
-async def until(cond, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"{what} not within {timeout:.0f} s"
-        await asyncio.sleep(0.2)
 
 
 async def test_watchdog_lines_and_a_death_escalate_the_same_incident(tmp_path):
@@ -35,24 +28,29 @@ async def test_watchdog_lines_and_a_death_escalate_the_same_incident(tmp_path):
         stop = asyncio.Event()
         task = asyncio.create_task(w.run(stop))
         try:
-            await asyncio.sleep(3)
+            shown: list = []
+            mon.subscribe(shown.append)
+            # healthy snapshots first, every rank in its task: the hang is news to the watcher
+            await wait_until_async(lambda: len(shown) >= 3 and sum(1 for a in shown[-1].actors if a.task) >= 4,
+                                   30, "three snapshots with every rank in a task",
+                                   detail=lambda: [(a.rank, a.task) for a in shown[-1].actors] if shown else None)
             cluster.set_hang(rank=1)
 
             def doc() -> dict:
                 ps = sorted((tmp_path / "incidents").glob("*/incident.json")) if (tmp_path / "incidents").exists() else []
                 return json.loads(ps[-1].read_text()) if ps else {}
 
-            await until(lambda: doc().get("dump") == "dump.json", 60, "the incident")
+            await wait_until_async(lambda: doc().get("dump") == "dump.json", 60, "the incident")
             first = doc()
             assert first["captures"]["stacks"] == 1 and [s["rank"] for s in first["suspects"]] == [1]
             assert not any(e["kind"] == "collective" for e in first["escalations"])  # no watchdog line yet
-            await until(lambda: any(e["kind"] == "collective" for e in doc()["escalations"]), 60, "the watchdog")
+            await wait_until_async(lambda: any(e["kind"] == "collective" for e in doc()["escalations"]), 60, "the watchdog")
             esc = next(e for e in doc()["escalations"] if e["kind"] == "collective")
             assert esc["text"].startswith("NCCL watchdog on ") and esc["at"] > first["detected_at"]
             dump = json.loads(next((tmp_path / "incidents").glob("*/dump.json")).read_text())
             assert any((r["collective"] or {}).get("source") == "watchdog_log" for r in dump["ranks"])
             cluster.kill_rank(1)
-            await until(lambda: any(e["kind"] == "died" for e in doc()["escalations"]), 30, "the death")
+            await wait_until_async(lambda: any(e["kind"] == "died" for e in doc()["escalations"]), 30, "the death")
             last = doc()
             assert "Died: " in last["summary"] and last["captures"]["stacks"] == 1  # no second py-spy run
             assert len(list((tmp_path / "incidents").iterdir())) == 1

@@ -17,6 +17,7 @@ import pytest
 
 from tests.fakeray.cluster import PLANTED_SECRETS, WORKER_DICT_CLASS, FakeClock, FakeCluster
 from tests.fakeray.server import FakeDashboard, Faults
+from tests.wait import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 _REL = Path("real-gpu") / "ray-gpu-cluster" / "hung"
@@ -590,9 +591,7 @@ def test_fault_down_and_take_down():
         d.take_down(for_s=0.3)
         with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
             get(d, "/api/v0/actors", timeout=2)
-        deadline = time.time() + 5
-        while not d.is_up and time.time() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: d.is_up, 5, "the dashboard back up", step=0.05)
         assert get(d, "/api/v0/actors")[0] == 200
 
 

@@ -16,6 +16,8 @@ import threading
 import time
 from pathlib import Path
 
+from tests.wait import wait_until
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -72,17 +74,6 @@ def screen_text(app) -> str:
     return "\n".join(parts)
 
 
-async def wait_for(pilot, cond, timeout: float = 15.0, step: float = 0.1, what: str = "condition"):
-    """Pause the app until ``cond()`` is truthy; returns its value."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = cond()
-        if v:
-            return v
-        await pilot.pause(step)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-
-
 class PtyTui:
     """The real ``verltop`` TUI in a pseudo-terminal: keys in, raw terminal output collected."""
 
@@ -113,11 +104,13 @@ class PtyTui:
         os.write(self.master, keys.encode())
 
     def wait_output(self, needle: bytes, timeout: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout
-        while needle not in self.out:
+        def shown() -> bool:
+            if needle in self.out:
+                return True
             assert self.proc.poll() is None, f"verltop exited ({self.proc.returncode}): {bytes(self.out[-2000:])!r}"
-            assert time.monotonic() < deadline, f"{needle!r} not shown in {timeout:g} s"
-            time.sleep(0.1)
+            return False
+
+        wait_until(shown, timeout, f"{needle!r} on the terminal", detail=lambda: bytes(self.out[-2000:]))
 
     def quit(self, timeout: float = 15.0) -> int:
         if self.proc.poll() is None:
@@ -137,7 +130,7 @@ class FakeDashboardProcess:
     must not be the test process' (the TUI under Pilot runs there)."""
 
     def __init__(self, *args: str) -> None:
-        from tests.replay_server import free_port
+        from tests.net import free_port
 
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"

@@ -20,12 +20,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from tests.net import free_port
 
 SECRETS = {
     "WANDB_API_KEY": "sk-planted-wandb-7d1e0c9b5a3f4e2d8c6b",
@@ -105,12 +106,6 @@ def main() -> None:
         print(json.dumps({"ok": cmd[0], **info}), flush=True)
     ray.shutdown()
     cluster.shutdown()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class LiveCluster:

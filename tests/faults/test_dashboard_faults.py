@@ -16,8 +16,9 @@ import pytest
 from aiohttp import web
 
 from tests.fakeray import FakeDashboard
-from tests.faults.helpers import assert_one_line_error, clean_env, verltop, wait_for
+from tests.faults.helpers import assert_one_line_error, clean_env, verltop
 from tests.replay_server import ReplayDashboard
+from tests.wait import pilot_wait
 from verltop.analysis.stalls import StallSettings
 from verltop.engine.monitor import Intervals
 from verltop.sources.config import Endpoint
@@ -164,11 +165,11 @@ def is_stale(app) -> bool:
 async def _fault_and_recovery(app, pilot, apply: Callable[[], None], clear: Callable[[], None],
                               needles: tuple[str, ...], timeout: float = 10.0) -> None:
     t = app.screen.query_one(ActorTable)
-    await wait_for(pilot, lambda: t.row_count > 3, 10, what="rows")
+    await pilot_wait(pilot, lambda: t.row_count > 3, 10, what="rows")
     keys = list(t.keys)
     built = app.engine.snapshots_built
     apply()
-    await wait_for(pilot, lambda: all(n in header(app) for n in needles), timeout, what=f"{needles} in the header")
+    await pilot_wait(pilot, lambda: all(n in header(app) for n in needles), timeout, what=f"{needles} in the header")
     err_line = next(ln for ln in header(app).splitlines() if needles[0] in ln)
     assert is_stale(app)
     assert list(t.keys) == keys  # the last good rows stay, in place
@@ -178,7 +179,7 @@ async def _fault_and_recovery(app, pilot, apply: Callable[[], None], clear: Call
     assert app.engine.snapshots_built > built  # the UI kept rebuilding (ages tick) on the last good data
     assert "\n" not in err_line
     clear()
-    await wait_for(pilot, lambda: not any(n in header(app) for n in needles) and not is_stale(app), 15,
+    await pilot_wait(pilot, lambda: not any(n in header(app) for n in needles) and not is_stale(app), 15,
                    what="recovery")
     assert len(t.keys) == len(keys)
 
@@ -205,15 +206,15 @@ async def test_tui_dashboard_goes_away_and_comes_back():
         app = make_app(fd.url)
         async with app.run_test(size=(180, 40)) as pilot:
             t = app.screen.query_one(ActorTable)
-            await wait_for(pilot, lambda: t.row_count > 3, 10, what="rows")
+            await pilot_wait(pilot, lambda: t.row_count > 3, 10, what="rows")
             n = t.row_count
             fd.take_down()
-            await wait_for(pilot, lambda: "not reachable" in header(app), 10, what="not reachable")
-            await wait_for(pilot, lambda: "(stale)" in header(app), 12, what="the stale mark")
+            await pilot_wait(pilot, lambda: "not reachable" in header(app), 10, what="not reachable")
+            await pilot_wait(pilot, lambda: "(stale)" in header(app), 12, what="the stale mark")
             assert is_stale(app) and t.row_count == n
             assert "old (stale)" in header(app)
             fd.bring_up()
-            await wait_for(pilot, lambda: "not reachable" not in header(app) and not is_stale(app), 20,
+            await pilot_wait(pilot, lambda: "not reachable" not in header(app) and not is_stale(app), 20,
                            what="recovery")
             assert t.row_count == n
             await pilot.press("q")
@@ -226,13 +227,13 @@ async def test_tui_started_before_the_dashboard():
         fd.take_down()
         app = make_app(fd.url)
         async with app.run_test(size=(180, 40)) as pilot:
-            await wait_for(pilot, lambda: "not reachable" in header(app), 10, what="not reachable")
+            await pilot_wait(pilot, lambda: "not reachable" in header(app), 10, what="not reachable")
             assert "--address" in header(app) and "\n" not in header(app)
             await pilot.press("question_mark", "escape", "s", "g")
             assert type(app.screen).__name__ == "MainScreen"
             fd.bring_up()
-            await wait_for(pilot, lambda: app.screen.query_one(ActorTable).row_count > 3, 15, what="rows")
-            await wait_for(pilot, lambda: "not reachable" not in header(app), 5, what="the error cleared")
+            await pilot_wait(pilot, lambda: app.screen.query_one(ActorTable).row_count > 3, 15, what="rows")
+            await pilot_wait(pilot, lambda: "not reachable" not in header(app), 5, what="the error cleared")
             await pilot.press("q")
 
 
@@ -253,7 +254,7 @@ async def test_tui_token_rejected_then_accepted():
             await pilot.press("q")
         app = make_app(fd.url, token=None)
         async with app.run_test(size=(180, 40)) as pilot:  # no token at all: says where it looked
-            await wait_for(pilot, lambda: "401" in header(app), 10, what="401")
+            await pilot_wait(pilot, lambda: "401" in header(app), 10, what="401")
             assert "RAY_AUTH_TOKEN" in header(app) and "~/.ray/auth_token" in header(app)
             await pilot.press("question_mark")  # the app answers keys with no data at all
             assert type(app.screen).__name__ == "HelpScreen"
@@ -261,7 +262,7 @@ async def test_tui_token_rejected_then_accepted():
             await pilot.press("D")
             assert "no data yet" in app.screen.query_one("#message").text.plain
             fd.token = None
-            await wait_for(pilot, lambda: app.screen.query_one(ActorTable).row_count > 3, 15,
+            await pilot_wait(pilot, lambda: app.screen.query_one(ActorTable).row_count > 3, 15,
                            what="rows once the dashboard lets us in")
             await pilot.press("q")
 
@@ -278,19 +279,19 @@ async def test_tui_backs_off_on_429_and_5xx():
     async with fake() as fd:
         app = make_app(fd.url)
         async with app.run_test(size=(180, 40)) as pilot:
-            await wait_for(pilot, lambda: app.screen.query_one(ActorTable).row_count > 3, 10, what="rows")
+            await pilot_wait(pilot, lambda: app.screen.query_one(ActorTable).row_count > 3, 10, what="rows")
             healthy = await _count_while(pilot, fd, 3.0)
             assert healthy >= 6, healthy
             fd.faults.status_code = 429
-            await wait_for(pilot, lambda: "429" in header(app), 5, what="429")
+            await pilot_wait(pilot, lambda: "429" in header(app), 5, what="429")
             assert await _count_while(pilot, fd, 3.0) <= 1
             fd.clear_faults()
-            await wait_for(pilot, lambda: "429" not in header(app), 30, what="recovery from 429")
+            await pilot_wait(pilot, lambda: "429" not in header(app), 30, what="recovery from 429")
             fd.faults.status_code = 503
-            await wait_for(pilot, lambda: "503" in header(app), 5, what="503")
+            await pilot_wait(pilot, lambda: "503" in header(app), 5, what="503")
             assert await _count_while(pilot, fd, 5.0) <= 3
             fd.clear_faults()
-            await wait_for(pilot, lambda: "503" not in header(app), 30, what="recovery from 503")
+            await pilot_wait(pilot, lambda: "503" not in header(app), 30, what="recovery from 503")
             assert await _count_while(pilot, fd, 2.0) >= 4  # back to the normal pace
             await pilot.press("q")
 
@@ -303,9 +304,9 @@ async def test_tui_dump_with_profiling_off_says_how_to_turn_it_on():
     async with fake(profiling=False) as fd:
         app = make_app(fd.url)
         async with app.run_test(size=(200, 50)) as pilot:
-            await wait_for(pilot, lambda: app.snapshot is not None and app.snapshot.actors, 10, what="actors")
+            await pilot_wait(pilot, lambda: app.snapshot is not None and app.snapshot.actors, 10, what="actors")
             await app.push_screen(StackScreen(app.snapshot, opts=DumpOptions(samples=1, via="dashboard")))
-            await wait_for(pilot, lambda: app.screen.report is not None, 20, what="the dump")
+            await pilot_wait(pilot, lambda: app.screen.report is not None, 20, what="the dump")
             rep = app.screen.report
             assert rep.ranks and all(r.error and "RAY_DASHBOARD_ENABLE_PROFILING" in r.error.text for r in rep.ranks)
             assert fd.count("/worker/traceback") >= len(rep.ranks)

@@ -22,8 +22,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.faults.helpers import PtyTui, screen_text, verltop, wait_for
+from tests.faults.helpers import PtyTui, screen_text, verltop
 from tests.faults.live_cluster import SECRETS, TOKEN, WG_PREFIX, LiveCluster
+from tests.wait import pilot_wait, wait_until
 from verltop.sources.pyspy import ptrace_problem
 from verltop.text.contract import dump_json
 
@@ -127,7 +128,7 @@ async def test_tui_never_shows_secrets(live, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # `w` writes the dump here
     app = make_app(live)
     async with app.run_test(size=(200, 50)) as pilot:
-        await wait_for(pilot, lambda: len(rank_rows(app)) == 4, 30, what="four ranks")
+        await pilot_wait(pilot, lambda: len(rank_rows(app)) == 4, 30, what="four ranks")
         clean(screen_text(app), "the main screen")
         clean(repr(app.engine.src.actors.value), "verltop's memory (actor rows)")
         table = app.screen.query_one(ActorTable)
@@ -138,18 +139,18 @@ async def test_tui_never_shows_secrets(live, tmp_path, monkeypatch):
             await pilot.press("j")
         await pilot.press("enter")
         assert type(app.screen).__name__ == "DetailsScreen"
-        await wait_for(pilot, lambda: "loading" not in str(app.screen.query_one("#log").render()), 20,
+        await pilot_wait(pilot, lambda: "loading" not in str(app.screen.query_one("#log").render()), 20,
                        what="the log tail")
         clean(screen_text(app), "the details screen")
         await pilot.press("o")
-        await wait_for(pilot, lambda: "loading" not in str(app.screen.query_one("#log").render()), 20,
+        await pilot_wait(pilot, lambda: "loading" not in str(app.screen.query_one("#log").render()), 20,
                        what="the stdout tail")
         clean(screen_text(app), "the details screen (stdout)")
         await pilot.press("escape")
 
         await pilot.press("D")
         assert type(app.screen).__name__ == "StackScreen"
-        await wait_for(pilot, lambda: app.screen.report is not None, 60, what="the dump")
+        await pilot_wait(pilot, lambda: app.screen.report is not None, 60, what="the dump")
         rep = app.screen.report
         # the four ranks, the controller and the driver: every process of the job
         assert all(r.error is None for r in rep.ranks), [(r.actor.rank, r.error) for r in rep.ranks]
@@ -238,10 +239,10 @@ async def test_tui_dump_without_ptrace_says_how_to_fix(live, tmp_path, monkeypat
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}")
     app = make_app(live)
     async with app.run_test(size=(200, 50)) as pilot:
-        await wait_for(pilot, lambda: len(rank_rows(app)) == 4, 30, what="four ranks")
-        await wait_for(pilot, lambda: len(app.engine.local_node_ids()) == 2, 10, what="both nodes local")
+        await pilot_wait(pilot, lambda: len(rank_rows(app)) == 4, 30, what="four ranks")
+        await pilot_wait(pilot, lambda: len(app.engine.local_node_ids()) == 2, 10, what="both nodes local")
         await pilot.press("D")
-        await wait_for(pilot, lambda: app.screen.report is not None, 60, what="the dump")
+        await pilot_wait(pilot, lambda: app.screen.report is not None, 60, what="the dump")
         ranks = app.screen.report.ranks
         assert len([r for r in ranks if r.actor.role != "driver"]) == 5  # 4 ranks and the controller
         assert [r.error for r in ranks] == [ptrace_problem()] * len(ranks)
@@ -356,13 +357,11 @@ async def test_actor_dies_mid_dump(live):
     assert next(r for r in js["ranks"] if r["rank"] == 1)["error"] == dead.error.text
 
     # the snapshot (and the CLI) then report it DEAD with Ray's cause; the other ranks stay ALIVE
-    deadline = time.monotonic() + 30
-    while True:
+    def ranks() -> dict[int, dict]:
         p = verltop("--address", live.address, "snapshot", "--json", env=live.env())
-        st = {a["rank"]: a for a in json.loads(p.stdout)["actors"] if a["worker_group"] == WG_PREFIX}
-        if st[1]["state"] == "DEAD" or time.monotonic() > deadline:
-            break
-        time.sleep(1)
+        return {a["rank"]: a for a in json.loads(p.stdout)["actors"] if a["worker_group"] == WG_PREFIX}
+
+    st = wait_until(lambda: (s := ranks())[1]["state"] == "DEAD" and s, 30, "rank 1 DEAD in the snapshot", step=1)
     assert st[1]["state"] == "DEAD" and st[1]["stalled"] and "DEAD" in st[1]["stall_reason"]
     assert [st[r]["state"] for r in (0, 2, 3)] == ["ALIVE"] * 3
 
@@ -371,15 +370,18 @@ async def test_node_leaves_the_cluster(live):
     """The second raylet goes away for real: its ranks are DEAD with Ray's reason, the rest is reported,
     a probe aimed at the gone node fails at once with the reason, and the TUI shows it all."""
     live.send("remove_node")
-    deadline = time.monotonic() + 60
-    while True:
+    def snapshot() -> dict:
         p = verltop("--address", live.address, "snapshot", "--json", env=live.env())
         assert p.returncode == 0, p.stderr
-        doc = json.loads(p.stdout)
-        st = {a["rank"]: a for a in doc["actors"] if a["worker_group"] == WG_PREFIX}
-        if st[2]["state"] == st[3]["state"] == "DEAD" or time.monotonic() > deadline:
-            break
-        time.sleep(1)
+        return json.loads(p.stdout)
+
+    def ranks_2_3_dead() -> dict | None:
+        d = snapshot()
+        s = {a["rank"]: a for a in d["actors"] if a["worker_group"] == WG_PREFIX}
+        return d if s[2]["state"] == s[3]["state"] == "DEAD" else None
+
+    doc = wait_until(ranks_2_3_dead, 60, "ranks 2 and 3 DEAD in the snapshot", step=1)
+    st = {a["rank"]: a for a in doc["actors"] if a["worker_group"] == WG_PREFIX}
     for r in (2, 3):
         assert st[r]["state"] == "DEAD" and "node" in st[r]["stall_reason"].lower(), st[r]
     assert st[0]["state"] == "ALIVE" and len(doc["nodes"]) == 2
@@ -399,9 +401,9 @@ async def test_node_leaves_the_cluster(live):
 
     app = make_app(live)
     async with app.run_test(size=(200, 50)) as pilot:
-        await wait_for(pilot, lambda: len(rank_rows(app)) == 4, 30, what="the ranks")
+        await pilot_wait(pilot, lambda: len(rank_rows(app)) == 4, 30, what="the ranks")
         header = app.screen.query_one("#header")
-        await wait_for(pilot, lambda: "(1 dead)" in header.text.plain, 15, what="the dead node in the header")
+        await pilot_wait(pilot, lambda: "(1 dead)" in header.text.plain, 15, what="the dead node in the header")
         rows = rank_rows(app)
         assert rows[2].state == rows[3].state == "DEAD" and rows[2].stalled
         text = screen_text(app)

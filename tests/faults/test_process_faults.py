@@ -25,7 +25,8 @@ from aiohttp import web
 
 from tests.analysis.helpers import row
 from tests.fakeray import FakeDashboard
-from tests.faults.helpers import FakeDashboardProcess, screen_text, verltop, wait_for
+from tests.faults.helpers import FakeDashboardProcess, screen_text, verltop
+from tests.wait import pilot_wait
 from verltop.sources.local import LocalSampler, is_actor_process
 from verltop.sources.pyspy import DumpOptions, no_pyspy_problem, ptrace_problem
 from verltop.sources.stacks import StackCapture
@@ -276,8 +277,8 @@ async def test_tui_runs_with_nvml_failing(monkeypatch):
         iv = Intervals(actors_s=0.3, tasks_s=0.3, nodes_s=0.3, node_detail_s=0.3, local_s=0.2, timeout_s=2.0)
         app = VerltopApp.live(Endpoint(fd.url, "--address", None, None), iv, use_local=True)
         async with app.run_test(size=(180, 40)) as pilot:
-            await wait_for(pilot, lambda: app.snapshot is not None and app.snapshot.actors, 10, what="rows")
-            await wait_for(pilot, lambda: app.engine.src.local.value is not None, 5, what="a local sample")
+            await pilot_wait(pilot, lambda: app.snapshot is not None and app.snapshot.actors, 10, what="rows")
+            await pilot_wait(pilot, lambda: app.engine.src.local.value is not None, 5, what="a local sample")
             assert app.engine.src.local.error is None  # NVML failing is not a failed local source
             assert app.engine.src.local.value.gpu_error == "NVML failed: Unknown Error"
             assert app.snapshot.gpu_note == "NVML failed: Unknown Error"
@@ -317,17 +318,17 @@ async def test_tui_with_more_than_10000_actors(ten_thousand):
                      use_local=False)
     async with app.run_test(size=(180, 40)) as pilot:
         t = app.screen.query_one(ActorTable)
-        await wait_for(pilot, lambda: t.row_count > 10_000, 60, what="10,000 rows")
+        await pilot_wait(pilot, lambda: t.row_count > 10_000, 60, what="10,000 rows")
         header = app.screen.query_one("#header")
-        await wait_for(pilot, lambda: "only the first 10000" in header.text.plain, 10, what="the truncation")
+        await pilot_wait(pilot, lambda: "only the first 10000" in header.text.plain, 10, what="the truncation")
         await pilot.press("j", "j", "j", "s", "slash")
-        await wait_for(pilot, lambda: app.focused is not None and app.focused.id == "filter", 10, what="the filter")
+        await pilot_wait(pilot, lambda: app.focused is not None and app.focused.id == "filter", 10, what="the filter")
         for ch in "ref":
             await pilot.press(ch)
         await pilot.press("enter")
-        await wait_for(pilot, lambda: 0 < t.row_count < 100, 10, what="the filtered rows")
+        await pilot_wait(pilot, lambda: 0 < t.row_count < 100, 10, what="the filtered rows")
         await pilot.press("escape")
-        await wait_for(pilot, lambda: t.row_count > 10_000, 10, what="all rows back")
+        await pilot_wait(pilot, lambda: t.row_count > 10_000, 10, what="all rows back")
         await pilot.press("q")
 
 

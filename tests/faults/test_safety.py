@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 
 from tests.fakeray import FakeDashboard
-from tests.faults.helpers import verltop, wait_for
+from tests.faults.helpers import verltop
+from tests.wait import pilot_wait
 from verltop.engine.monitor import Intervals
 from verltop.sources.config import Endpoint
 from verltop.sources.http import ALLOWED_PATHS, allowed
@@ -39,26 +40,34 @@ async def test_tui_session_and_dump_send_only_allowed_gets(tmp_path, monkeypatch
         app = VerltopApp.live(Endpoint(fd.url, "--address", None, None), iv, use_local=False)
         async with app.run_test(size=(200, 50)) as pilot:
             t = app.screen.query_one(ActorTable)
-            await wait_for(pilot, lambda: t.row_count > 5, 10, what="rows")
-            await pilot.pause(3.0)  # a quiet session: the job's processes are never sampled on a timer
+            await pilot_wait(pilot, lambda: t.row_count > 5, 10, what="rows")
+            shown = app.snapshots_shown  # a quiet session: the job's processes are never sampled on a timer
+            await pilot_wait(pilot, lambda: app.snapshots_shown >= shown + 5, 10, "five more snapshots shown")
             assert fd.count("/worker/traceback") == 0 and fd.count("/api/v0/logs/file") == 0
             for keys in (("s",), ("g",), ("g",), ("g",), ("p",), ("p",), ("question_mark", "escape")):
                 await pilot.press(*keys)
             for _ in range(4):
                 await pilot.press("j")
             await pilot.press("enter")  # details: the log tail
-            await wait_for(pilot, lambda: "loading" not in str(app.screen.query_one("#log").render()), 10,
+            await pilot_wait(pilot, lambda: "loading" not in str(app.screen.query_one("#log").render()), 10,
                            what="the log")
             await pilot.press("o", "r", "escape")
             await pilot.press("d")  # the selected group, through the dashboard's py-spy
-            await wait_for(pilot, lambda: getattr(app.screen, "report", None) is not None, 30, what="the dump")
+            await pilot_wait(pilot, lambda: getattr(app.screen, "report", None) is not None, 30, what="the dump")
             assert fd.count("/worker/traceback") > 0
-            await pilot.press("w", "f")
-            await pilot.pause(0.5)
+            status = app.screen.query_one("#stack-status")
+            await pilot.press("w")  # the dump written here, as text and JSON, readable by the user only
+            js, txt = sorted(tmp_path.glob("verltop-dump-*"))  # .json, .txt
+            assert f"wrote {txt} and {js.name}" in str(status.render())
+            assert txt.stat().st_mode & 0o777 == js.stat().st_mode & 0o777 == 0o600
+            assert "rank" in txt.read_text() and json.loads(js.read_text())["ranks"]
+            await pilot.press("f")  # no local rank here: nothing to ask, said on the screen
+            await pilot_wait(pilot, lambda: str(status.render()).startswith("Flight Recorder: "), 20,
+                             "the Flight Recorder's answer", detail=lambda: str(status.render()))
             await pilot.press("escape", "D")
-            await wait_for(pilot, lambda: getattr(app.screen, "report", None) is not None, 30, what="dump all")
+            await pilot_wait(pilot, lambda: getattr(app.screen, "report", None) is not None, 30, what="dump all")
             await pilot.press("r")
-            await wait_for(pilot, lambda: getattr(app.screen, "report", None) is not None, 30, what="again")
+            await pilot_wait(pilot, lambda: getattr(app.screen, "report", None) is not None, 30, what="again")
             await pilot.press("escape", "q")
     seen = requests_seen(fd)
     assert_read_only(seen)

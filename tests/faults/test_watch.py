@@ -16,7 +16,7 @@ import pytest
 
 from tests.engine.procs import Dashboard, Hook, Watch
 from tests.faults.helpers import ROOT, clean_env
-from tests.replay_server import free_port
+from tests.net import free_port
 from verltop.engine import recfile as rf
 from verltop.engine.recording import Recording
 
@@ -84,11 +84,12 @@ def test_watch_catches_the_hang_and_lives_through_the_dashboard_killed(tmp_path,
     dash.kill()
     killed_at = time.time()
     w.wait(lambda: "dashboard: dashboard not reachable" in w.log(), 30, "the outage in the log")
-    time.sleep(3)
+    w.wait(lambda: (r := w.recording()) and r.events_of(rf.STATUS), 15, "the outage in the recording")
     dash.start()
     w.wait(lambda: "dashboard answers again" in w.log(), 45, "the recovery in the log")
     back_at = time.time()
-    time.sleep(4)
+    w.wait(lambda: (r := w.recording()) and len(r.events_of(rf.STATUS)) >= 2 and r.times[-1] > back_at, 20,
+           "the recovery and a snapshot after it in the recording")
 
     # 3. SIGTERM: a clean end, a whole recording
     assert w.stop() == 0
@@ -110,8 +111,7 @@ def test_two_stalls_in_a_row_give_two_incidents(tmp_path, cleanup):
     try:
         w = Watch(tmp_path / "w", fd.url, *RULE)
         cleanup.append(w)
-        w.wait(lambda: (w.dir / "recording").is_dir() and any((w.dir / "recording").iterdir()), 30, "a recording")
-        time.sleep(4)
+        w.wait(lambda: w.recorded() >= 3, 30, "three healthy snapshots in the recording")
         for n in (1, 2):
             cluster.set_hang(rank=1)
             w.wait(lambda n=n: len(w.incidents()) == n, 90, f"incident {n}")

@@ -41,11 +41,10 @@ def _shapes() -> None:
 
 
 def _port() -> int:
-    import socket
+    _shapes()
+    from net import free_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port()
 
 
 @ray.remote(num_cpus=0)

@@ -41,7 +41,7 @@ Contract (other test modules rely on it):
   A scenario leaves group A released (idle) when it ends; group B may be left hung or dead.
 
 Mark every test here with ``ray`` (``pytest -m "not ray"`` then deselects them). Without ray, torch or verl
-installed, no test module in this directory is collected.
+installed, every test module in this directory is reported as skipped, saying what is missing.
 """
 
 from __future__ import annotations
@@ -63,12 +63,24 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from tests.wait import wait_until
+
 if TYPE_CHECKING:
     from verltop.demo.cluster import DemoHandle
 
-# Without the demo extras, collect nothing here rather than fail at import.
-if any(importlib.util.find_spec(m) is None for m in ("ray", "torch", "verl")):
-    collect_ignore_glob = ["test_*.py"]
+# Without the demo extras, each module here is reported as skipped (with what is missing) instead of
+# failing at import.
+MISSING = [m for m in ("ray", "torch", "verl") if importlib.util.find_spec(m) is None]
+
+
+class _NotInstalled(pytest.File):
+    def collect(self):  # type: ignore[override]
+        pytest.skip(f"needs {', '.join(MISSING)} (pip install -e '.[demo]'): a real Ray cluster runs verl here")
+
+
+if MISSING:
+    def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> pytest.File:
+        return _NotInstalled.from_parent(parent, path=module_path)
 
 HANG_WAIT_S = 60
 RELEASE_WAIT_S = 45
@@ -130,40 +142,33 @@ def dashboard(demo: DemoHandle) -> Dashboard:
 @pytest.fixture(scope="module")
 def hung_demo(demo: DemoHandle) -> Iterator[DemoHandle]:
     demo.request_hang()
-    deadline = time.monotonic() + HANG_WAIT_S
-    while not demo.hung():
-        assert time.monotonic() < deadline, f"no hang after {HANG_WAIT_S}s: {demo.progress()}"
-        time.sleep(0.5)
+    wait_until(demo.hung, HANG_WAIT_S, "the hang", step=0.5, detail=demo.progress)
     hung_step = demo.progress().get("step")
     yield demo
     # Let the stuck rank rejoin the all_reduce; the job must then get past that update_actor.
     demo.release_hang()
-    deadline = time.monotonic() + RELEASE_WAIT_S
-    while True:
+
+    def resumed() -> bool:
         p = demo.progress()
-        if not demo.hung() and (p.get("step", 0) > hung_step or p.get("phase") in ("update_weights", "done")):
-            break
-        assert time.monotonic() < deadline, f"job did not resume within {RELEASE_WAIT_S}s: {p}"
-        time.sleep(0.5)
+        return not demo.hung() and (p.get("step", 0) > hung_step or p.get("phase") in ("update_weights", "done"))
+
+    wait_until(resumed, RELEASE_WAIT_S, "the job to resume", step=0.5, detail=demo.progress)
 
 
 def _hang_target(demo: DemoHandle, target: str) -> Iterator[DemoHandle]:
     """Hang ``target``, yield while hung, then release and wait until the job is past that step's phase."""
     demo.request_hang(target)
-    deadline = time.monotonic() + HANG_WAIT_S
-    while not (demo.hung() and (demo.hang_info() or {}).get("target") == target):
-        assert time.monotonic() < deadline, f"no {target} hang after {HANG_WAIT_S}s: {demo.progress()}"
-        time.sleep(0.5)
+    wait_until(lambda: demo.hung() and (demo.hang_info() or {}).get("target") == target, HANG_WAIT_S,
+               f"the {target} hang", step=0.5, detail=demo.progress)
     hung = demo.progress()
     yield demo
     demo.release_hang()
-    deadline = time.monotonic() + RELEASE_WAIT_S
-    while True:
+
+    def resumed() -> bool:
         p = demo.progress()
-        if not demo.hung() and (p.get("step", 0) > hung["step"] or p.get("phase") != hung["phase"]):
-            break
-        assert time.monotonic() < deadline, f"job did not resume within {RELEASE_WAIT_S}s: {p}"
-        time.sleep(0.5)
+        return not demo.hung() and (p.get("step", 0) > hung["step"] or p.get("phase") != hung["phase"])
+
+    wait_until(resumed, RELEASE_WAIT_S, "the job to resume", step=0.5, detail=demo.progress)
 
 
 @pytest.fixture(scope="module")
@@ -229,16 +234,16 @@ class ScenarioCluster:
         learns the roles a colocated worker hosts from them."""
         want = {f"WorkerDict.{role}_setup": v["world_size"] for v in self.info["groups"].values()
                 for role in v["roles"]}
-        deadline = time.monotonic() + timeout
-        while True:
-            done: dict[str, int] = {}
+        done: dict[str, int] = {}
+
+        def settled() -> bool:
+            done.clear()
             for t in self.dashboard.rows("tasks", limit=10000):
                 if t["state"] == "FINISHED":
                     done[t["name"]] = done.get(t["name"], 0) + 1
-            if all(done.get(k, 0) >= n for k, n in want.items()):
-                return
-            assert time.monotonic() < deadline, f"setup tasks not all finished on the dashboard: {done}"
-            time.sleep(0.5)
+            return all(done.get(k, 0) >= n for k, n in want.items())
+
+        wait_until(settled, timeout, "every setup task finished on the dashboard", step=0.5, detail=lambda: done)
 
     # -- protocol
 
@@ -305,25 +310,24 @@ class ScenarioCluster:
     def wait_positions(self, group: str, ops: dict[int, str], tag: str, timeout: float = 30) -> None:
         """Until rank r of ``group`` has entered ``ops[r]`` in scenario ``tag``; then a moment for it to be
         inside (the marker is written just before the call)."""
-        deadline = time.monotonic() + timeout
-        while True:
+        def placed() -> bool:
             pos = self.positions(group)
-            if all(pos.get(r, {}).get("tag") == tag and pos[r]["op"] == op for r, op in ops.items()):
-                break
-            assert time.monotonic() < deadline, f"ranks not in position after {timeout}s: {pos}"
-            time.sleep(0.1)
+            return all(pos.get(r, {}).get("tag") == tag and pos[r]["op"] == op for r, op in ops.items())
+
+        wait_until(placed, timeout, f"ranks of {group} in position for {tag}", detail=lambda: self.positions(group))
         time.sleep(0.5)
 
     def wait_tasks(self, running: set[str], idle: set[str] = frozenset(), timeout: float = 30) -> None:
         """Until the dashboard (what verltop reads) shows a running task on the actors in ``running`` and
         none on those in ``idle`` (task events reach it about once a second)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            now = {t["actor_id"] for t in self.dashboard.running_tasks() if t.get("actor_id")}
-            if running <= now and not idle & now:
-                return
-            assert time.monotonic() < deadline, f"running tasks on {now}, wanted {running}, not {idle}"
-            time.sleep(0.5)
+        now: set[str] = set()
+
+        def shown() -> bool:
+            now.clear()
+            now.update(t["actor_id"] for t in self.dashboard.running_tasks() if t.get("actor_id"))
+            return running <= now and not idle & now
+
+        wait_until(shown, timeout, f"running tasks on {running}, none on {idle}", step=0.5, detail=lambda: now)
 
     # -- verltop, as a user runs it
 

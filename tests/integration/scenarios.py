@@ -240,14 +240,6 @@ class TaskRunner:
 # -------------------------------------------------------------------------------------------------- host
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Host:
     """The scenario cluster and its controller; commands arrive as JSON lines."""
 
@@ -255,7 +247,10 @@ class Host:
         from ray.cluster_utils import Cluster
 
         self.state_dir = state_dir
-        port = _free_port()
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/, for net
+        from net import free_port
+
+        port = free_port()
         self.cluster = Cluster(initialize_head=True, head_node_args={
             "num_cpus": 5, "resources": {"head": 1}, "include_dashboard": True,
             "dashboard_host": "127.0.0.1", "dashboard_port": port,

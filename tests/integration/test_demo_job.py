@@ -5,7 +5,7 @@ Healthy-job tests come first; the ``hung_demo`` tests come last (see conftest.py
 
 from __future__ import annotations
 
-import asyncio
+import itertools
 import json
 import re
 import time
@@ -13,6 +13,8 @@ from collections import Counter
 from typing import Any
 
 import pytest
+
+from tests.wait import wait_until, wait_until_async
 
 pytestmark = pytest.mark.ray
 
@@ -93,16 +95,18 @@ def test_worker_dict_actors(dashboard):
 def test_running_tasks_cycle_through_phases(demo, dashboard):
     # A full step is ~10 s; returns from start_demo at the start of step 1.
     seen: set[str] = set()
-    deadline = time.monotonic() + 120  # two steps; slower when the machine is busy
-    while not (seen >= LONG_PHASES and demo.progress().get("step", 0) >= 2) and time.monotonic() < deadline:
+
+    def all_long_phases_seen_running() -> bool:
         # Right after start, actor creation tasks ("<name>:WorkerDict.__init__") can still read RUNNING
         # (task events reach GCS in batches); phases are the ACTOR_TASK rows.
         names = {t["name"] for t in dashboard.running_tasks() if t["type"] == "ACTOR_TASK"}
         assert "TaskRunner.run" in names
-        seen |= names
-        time.sleep(0.5)
-    assert seen >= LONG_PHASES, f"missing {LONG_PHASES - seen}; seen {sorted(seen)}"
-    assert demo.progress().get("step", 0) >= 2, demo.progress()
+        seen.update(names)
+        return seen >= LONG_PHASES and demo.progress().get("step", 0) >= 2
+
+    # two steps; slower when the machine is busy
+    wait_until(all_long_phases_seen_running, 120, "every long phase running, through step 2", step=0.5,
+               detail=lambda: (sorted(LONG_PHASES - seen), demo.progress()))
     # init_model rows may lag the same way at the start.
     extra = {n for n in seen - set(PHASES) - {"TaskRunner.run", "vLLMHttpServer.launch_server"}
              if not n.endswith("_init_model")}
@@ -111,14 +115,10 @@ def test_running_tasks_cycle_through_phases(demo, dashboard):
     # Short phases may fall between polls, but each has run by now (finished attempts are listed too); the
     # last one of step 1 (the rollout server's weight load) ends as step 2 starts and its event reaches the
     # dashboard a moment later.
-    deadline = time.monotonic() + 20
-    while True:
-        all_names = Counter(t["name"] for t in dashboard.rows("tasks", limit=10000))
-        if all(all_names[phase] for phase in PHASES) or time.monotonic() > deadline:
-            break
-        time.sleep(1)
-    for phase in PHASES:
-        assert all_names[phase] > 0, f"{phase} never ran: {sorted(all_names)}"
+    all_names = wait_until(
+        lambda: (n := Counter(t["name"] for t in dashboard.rows("tasks", limit=10000))) and all(n[p] for p in PHASES)
+        and n, 20, "every phase listed as run", step=1,
+        detail=lambda: sorted(set(PHASES) - {t["name"] for t in dashboard.rows("tasks", limit=10000)}))
     # init_model ran once in every process of every role; get_master_addr_port once per group.
     assert all_names["WorkerDict.critic_init_model"] == 4
     assert all_names["WorkerDict.actor_rollout_init_model"] == 4
@@ -138,14 +138,12 @@ async def test_every_group_shows_its_roles_soon(demo):
     mon.subscribe(got.append)
     mon.start()
     try:
-        deadline = time.monotonic() + 40
-        roles: dict[str | None, tuple[str, ...]] = {}
-        while time.monotonic() < deadline:
-            await asyncio.sleep(0.5)
-            if got:
-                roles = {a.worker_group: a.roles for a in got[-1].actors if a.worker_group}
-                if len(roles) == 3 and all("other" not in r for r in roles.values()):
-                    break
+        def roles() -> dict[str | None, tuple[str, ...]]:
+            return {a.worker_group: a.roles for a in got[-1].actors if a.worker_group} if got else {}
+
+        await wait_until_async(lambda: len(r := roles()) == 3 and all("other" not in x for x in r.values()), 40,
+                               "every group's roles named", step=0.5, detail=roles)
+        roles = roles()
         assert sorted(sorted(r) for r in roles.values()) == [["actor_rollout", "critic"], ["ref"], ["rm"]], roles
     finally:
         await mon.stop()
@@ -178,14 +176,24 @@ def test_hang_blocks_peers_in_update_actor(hung_demo, dashboard):
         return {t["task_id"]: int(_env(actors[t["actor_id"]])["RANK"])
                 for t in dashboard.running_tasks() if t["name"] == UPDATE_ACTOR}
 
-    deadline = time.monotonic() + 30
-    first = stuck()
-    while len(first) < 4 and time.monotonic() < deadline:  # task events reach GCS about once a second
-        time.sleep(1)
-        first = stuck()
+    # task events reach GCS about once a second
+    first = wait_until(lambda: len(s := stuck()) >= 4 and s, 30, "four running update_actor attempts", step=1,
+                       detail=stuck)
     assert sorted(first.values()) == [0, 1, 2, 3], first
-    time.sleep(6)
-    assert stuck() == first, "the same update_actor attempts must still be RUNNING"
+    # still the same attempts, running, once the hang has lasted twice a healthy update_actor (the longest
+    # in the controller's phase log), by the dashboard's later reads
+    log = hung_demo.phase_log()
+    longest = max((b["time"] - a["time"] for a, b in itertools.pairwise(log) if a["phase"] == "update_actor"),
+                  default=5.0)
+    since = marker["since"]
+    listed_at = time.monotonic()
+
+    def still_stuck_long_after() -> bool:
+        now = stuck()
+        assert now == first, "the same update_actor attempts must still be RUNNING"
+        return time.time() - since > 2 * longest and time.monotonic() - listed_at > 2
+
+    wait_until(still_stuck_long_after, 2 * longest + 30, "twice a healthy update_actor's time", step=1)
     assert "TaskRunner.run" in {t["name"] for t in dashboard.running_tasks()}
     progress = hung_demo.progress()
     assert progress["phase"] == "update_actor" and progress["hanging"], progress

@@ -22,6 +22,7 @@ from conftest import Dashboard
 from doctor_cluster import JOB_NCCL, ODD_TRANSFORMERS, SECRETS, TOKEN
 
 from tests.jsonlines import read_json_line
+from tests.wait import wait_until
 
 pytestmark = pytest.mark.ray
 
@@ -145,12 +146,9 @@ def test_json_names_exactly_the_planted_mismatches(doctor_cluster):
         assert ch["nvidia.driver"] == "no NVML" or ch["gpu.count"] > 0
         assert not any(k.startswith("env.") and k[4:] in SECRETS for k in ch)
     # one probe per node, in its own namespace, not detached, and removed when the check ended
-    deadline = time.monotonic() + 15
-    while True:
-        probes = [a for a in c.dashboard.rows("actors", detail="true") if a["class_name"].endswith("VerltopProbe")]
-        if (probes and all(a["state"] == "DEAD" for a in probes)) or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
+    probes = wait_until(lambda: (p := [a for a in c.dashboard.rows("actors", detail="true")
+                                       if a["class_name"].endswith("VerltopProbe")]) and all(a["state"] == "DEAD" for a in p)
+                        and p, 15, "every probe removed", step=0.5)
     assert sorted(a["node_id"] for a in probes) == sorted(c.nodes.values()), probes
     assert all(a["ray_namespace"] == "verltop-probe" and a["is_detached"] is False and a["state"] == "DEAD"
                for a in probes), probes
@@ -267,14 +265,12 @@ def test_a_node_that_leaves_during_the_check_is_reported(doctor_cluster):
                             env=c.env(), cwd=ROOT)
     try:
         # once the other two nodes' probes are up, the check is under way: now the node leaves
-        deadline = time.monotonic() + 60
-        while True:
-            probes = [a for a in c.dashboard.rows("actors") if a["class_name"].endswith("VerltopProbe") and a["state"] == "ALIVE"]
-            if len(probes) >= 2:
-                break
+        def two_probes_up() -> bool:
             assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the probes never started"
-            time.sleep(0.2)
+            return len([a for a in c.dashboard.rows("actors")
+                        if a["class_name"].endswith("VerltopProbe") and a["state"] == "ALIVE"]) >= 2
+
+        wait_until(two_probes_up, 60, "two nodes' probes up", step=0.2)
         c.send("kill third")
         t_kill = time.monotonic()
         out, err = proc.communicate(timeout=90)

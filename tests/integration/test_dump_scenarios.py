@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from typing import Any
 
 import pytest
+
+from tests.wait import wait_until
 
 pytestmark = pytest.mark.ray
 
@@ -176,16 +177,16 @@ def test_dead_rank_is_the_suspect(scenario_cluster, mismatch):
     c = scenario_cluster
     ranks = {r["rank"]: r for r in c.ranks("B")}
     os.kill(ranks[3]["pid"], signal.SIGKILL)
-    deadline = time.monotonic() + 30
-    last = None
-    while True:  # until Ray says DEAD and the running tasks stop changing
+    last: list = [None]
+
+    def settled() -> bool:  # Ray says DEAD and the running tasks stopped changing
         actors = {a["actor_id"]: a for a in c.dashboard.rows("actors")}
         running = {t["actor_id"] for t in c.dashboard.running_tasks()}
-        if actors[ranks[3]["actor_id"]]["state"] == "DEAD" and running == last:
-            break
-        assert time.monotonic() < deadline, "rank 3 not DEAD / tasks not settled after 30 s"
-        last = running
-        time.sleep(1.5)
+        done = actors[ranks[3]["actor_id"]]["state"] == "DEAD" and running == last[0]
+        last[0] = running
+        return done
+
+    wait_until(settled, 30, "rank 3 DEAD and the running tasks settled", step=1.5)
     d = dump(c, "dead rank", "B")
     rows = ranks_of(d, c.prefix["B"])
     ops = ops_of(d, c.prefix["B"])

@@ -16,12 +16,13 @@ import secrets
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.wait import pilot_wait, wait_until
 
 pytestmark = pytest.mark.ray
 
@@ -97,16 +98,6 @@ def pending_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pendin
         c.stop()
 
 
-def until(fn, timeout: float, what: str, step: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v:
-            return v
-        assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}"
-        time.sleep(step)
-
-
 def test_unplaceable_pool_and_broken_env(pending_cluster: PendingCluster) -> None:
     c = pending_cluster
     c.cmd("infeasible")
@@ -116,14 +107,14 @@ def test_unplaceable_pool_and_broken_env(pending_cluster: PendingCluster) -> Non
         snap = c.snapshot()  # one poll, as a user runs it
         return next((p for p in snap["pending"] if p["name"] == "bigverl_group_2:0"), None)
 
-    pg = until(big, 30, "the pool's placement group in a snapshot")
+    pg = wait_until(big, 30, "the pool's placement group in a snapshot", step=0.5)
     assert (pg["kind"], pg["state"], pg["scheduling_state"], pg["worker_group"]) == (
         "placement_group", "PENDING", "INFEASIBLE", "big")
     assert pg["demand"] == [{"CPU": 10.0}, {"CPU": 10.0}] and pg["waiting_s"] >= 0
     # the demand against the node's 2 CPUs (free counts and strategy come with the autoscaler's status)
     assert pg["reason"].endswith(": 2 CPU) — infeasible") or pg["reason"].endswith(": 2 CPU, 2 free) — infeasible")
     # the autoscaler's status (which has the strategy and what is free) is written every few seconds
-    pg = until(lambda: (p := big()) and p["strategy"] and p, 30, "the strategy from /api/cluster_status")
+    pg = wait_until(lambda: (p := big()) and p["strategy"] and p, 30, "the strategy from /api/cluster_status", step=0.5)
     assert pg["strategy"] == "STRICT_PACK"
     node_ip = c.snapshot()["nodes"][0]["ip"]
     assert pg["reason"] == (f"2 bundles × {{CPU: 10}} STRICT_PACK: no node has 20 CPU for all bundles together "
@@ -134,7 +125,7 @@ def test_unplaceable_pool_and_broken_env(pending_cluster: PendingCluster) -> Non
         a = next((a for a in snap["actors"] if a["actor_name"] == "broken_env_actor"), None)
         return a if a and a["state"] == "DEAD" else None
 
-    a = until(broken, 60, "the broken-env actor to die")
+    a = wait_until(broken, 60, "the broken-env actor to die", step=0.5)
     assert a["stalled"] and a["stalls"][0]["rule"] == "cannot_start"
     assert a["stall_reason"] == "cannot start: ValueError: Could not find Conda executable at conda."
     text = c.verltop("snapshot").stdout
@@ -168,7 +159,7 @@ async def test_pool_placed_once_the_other_job_releases(pending_cluster: PendingC
     def job2_pg() -> dict[str, Any] | None:
         return next((p for p in c.snapshot()["pending"] if p["name"] == "job2verl_group_2:0"), None)
 
-    pg = until(job2_pg, 60, "job 2's placement group")
+    pg = wait_until(job2_pg, 60, "job 2's placement group", step=0.5)
     assert pg["scheduling_state"] == "NO_RESOURCES" and pg["reason"].endswith("— waits for resources held by others")
     # job 2's driver waits in its main thread, in verl's ray.get: the dump reads it (a driver on this node)
     # and its chain ends in job 2's placement group, not in the other job's
@@ -182,31 +173,24 @@ async def test_pool_placed_once_the_other_job_releases(pending_cluster: PendingC
     async with app.run_test(size=(200, 50)) as pilot:
         t = app.screen.query_one(ActorTable)
 
-        async def wait(cond, timeout: float, what: str):
-            deadline = time.monotonic() + timeout
-            while not (v := cond()):
-                assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}"
-                await pilot.pause(0.25)
-            return v
-
         def job2_line() -> str | None:
             snap = app.snapshot
             p = next((p for p in (snap.pending if snap else ()) if p.name == "job2verl_group_2:0"), None)
             return f"pend:placement_group:{p.id}" if p is not None and f"pend:placement_group:{p.id}" in t.keys \
                 else None
 
-        key = await wait(job2_line, 60, "job 2's placement group on screen")
+        key = await pilot_wait(pilot, job2_line, 60, "job 2's placement group on screen", step=0.25)
         line = t.cells(key)["pending"]
         assert "NO_RESOURCES" in line and "2 bundles × {CPU: 1}" in line
         assert any(k.startswith("grp:group:holdwg") for k in t.keys)
         c.cmd("release")
-        await wait(lambda: key not in t.keys, 30, "the pending line to go")
+        await pilot_wait(pilot, lambda: key not in t.keys, 30, "the pending line to go", step=0.25)
         def job2_alive() -> list[Any]:
             return [a for a in (app.snapshot.actors if app.snapshot else ())
                     if a.worker_group == "job2wg" and a.state == "ALIVE"]
 
         # the two workers come up one poll apart at times: wait for both, then for their rows
-        rows = await wait(lambda: len(job2_alive()) == 2 and job2_alive(), 60, "both of job 2's workers")
-        await wait(lambda: all(r.actor_id in t.keys for r in rows), 10, "job 2's rows on screen")
+        rows = await pilot_wait(pilot, lambda: len(job2_alive()) == 2 and job2_alive(), 60, "both of job 2's workers", step=0.25)
+        await pilot_wait(pilot, lambda: all(r.actor_id in t.keys for r in rows), 10, "job 2's rows on screen", step=0.25)
         assert c.cmd("wait_job2")["ready"]
         await pilot.press("q")

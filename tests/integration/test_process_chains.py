@@ -24,6 +24,8 @@ from typing import Any
 import psutil
 import pytest
 
+from tests.wait import wait_until
+
 pytestmark = pytest.mark.ray
 
 HERE = Path(__file__).resolve().parent
@@ -110,13 +112,15 @@ def _chain_to(d: dict[str, Any], title: str) -> dict[str, Any] | None:
 
 def _settled(c: ChainsCluster, want, *extra: str, timeout: float = 150) -> dict[str, Any]:
     """Dump until the job is where it hangs (torch imports in six processes take a while on 2 cores)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        d = c.dump(*extra)
-        if want(d):
-            return d
-        assert time.monotonic() < deadline, json.dumps({"chains": d["chains"], "suspects": d["suspects"]})[:4000]
-        time.sleep(2)
+    last: list = [{}]
+
+    def dumped() -> dict[str, Any] | None:
+        d = last[0] = c.dump(*extra)
+        return d if want(d) else None
+
+    # each dump samples every process with py-spy: a few seconds apart
+    return wait_until(dumped, timeout, "the job where it hangs, in a dump", step=2, detail=lambda: json.dumps(
+        {"chains": last[0].get("chains"), "suspects": last[0].get("suspects")})[:4000])
 
 
 def _hung(d: dict[str, Any]) -> bool:
@@ -190,10 +194,8 @@ def test_d_on_a_rollout_server_dumps_its_engine(chains_cluster):
 def test_sigkilled_rank_and_a_worker_that_raised(chains_cluster):
     c = chains_cluster
     pids = c.cmd(cmd="gloo")["pids"]
-    deadline = time.monotonic() + 60
-    while not all((c.state / f"pos{r}").exists() for r in (0, 1)):
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    wait_until(lambda: all((c.state / f"pos{r}").exists() for r in (0, 1)), 60, "both gloo ranks in all_reduce",
+               step=0.2)
     time.sleep(1.0)
     os.kill(pids[1], signal.SIGKILL)
 

@@ -10,11 +10,11 @@ import json
 import os
 import subprocess
 import sys
-import time
 from typing import Any
 
 import pytest
 
+from tests.wait import pilot_wait, wait_until
 from verltop.analysis.stalls import StallSettings
 from verltop.engine.monitor import Intervals
 from verltop.sources.config import Endpoint
@@ -72,12 +72,8 @@ def test_the_reward_loop_scores_in_a_sandbox_child(demo):
 
     loop_pid = next(pid for pid, v in demo.worker_pids().items() if v["role"] == "reward_loop")
     r = ProcReader()
-    deadline = time.monotonic() + 40
-    seen: list[tuple] = []
-    while not seen and time.monotonic() < deadline:
-        seen = [x for x in r.read([loop_pid])["procs"] if x[2] and x[2].endswith("demo/sandbox.py")]
-        time.sleep(0.05)
-    assert seen, "no sandbox child seen under reward_loop_worker_0 in 40 s"
+    seen = wait_until(lambda: [x for x in r.read([loop_pid])["procs"] if x[2] and x[2].endswith("demo/sandbox.py")],
+                      40, "a sandbox child under reward_loop_worker_0", step=0.05)
     assert seen[0][1] == loop_pid and " -I -S " in seen[0][2]
 
 
@@ -86,14 +82,13 @@ async def test_tui_shows_the_tree_under_the_server(demo):
     app = VerltopApp.live(Endpoint(demo.address, "--address", demo.token, "demo"), iv, StallSettings(), use_local=True)
     async with app.run_test(size=(200, 60)) as pilot:
         t = app.screen.query_one(ActorTable)
-        deadline = time.monotonic() + 30
-        srv = None
-        while time.monotonic() < deadline:
+        def server():
             snap = app.snapshot
-            srv = next((a for a in snap.actors if a.actor_name == "vllm_server_0_0"), None) if snap else None
-            if srv is not None and len(srv.processes) == 3 and all(p.cpu_percent is not None for p in srv.processes):
-                break
-            await pilot.pause(0.5)
+            return next((a for a in snap.actors if a.actor_name == "vllm_server_0_0"), None) if snap else None
+
+        srv = await pilot_wait(pilot, lambda: (s := server()) is not None and len(s.processes) == 3 and all(
+            p.cpu_percent is not None for p in s.processes) and s, 30, "the server's three processes with CPU figures",
+            step=0.5, detail=server)
         assert srv is not None and [p.title for p in srv.processes] == list(ENGINE)
         await pilot.pause(0.2)
         kids = [f"proc:{srv.actor_id}:{p.pid}" for p in srv.processes]

@@ -10,19 +10,18 @@ Runs after the other scenario-cluster modules; leaves a DEAD ``vllm_server_0_0``
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.wait import wait_until_async
 from verltop.analysis.stalls import StallSettings
 from verltop.engine.monitor import Intervals, Monitor
 from verltop.sources.config import Endpoint
@@ -139,10 +138,5 @@ async def test_a_killed_server_leaves_an_orphan_engine(scenario_cluster, rollout
 
 
 async def _until(mon: Monitor, ok, what: str, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        snap = mon.latest
-        if snap is not None and ok(snap):
-            return snap
-        await asyncio.sleep(0.5)
-    raise AssertionError(f"{what} not seen within {timeout:.0f} s: {mon.latest and mon.latest.orphans}")
+    return await wait_until_async(lambda: (s := mon.latest) is not None and ok(s) and s, timeout, what, step=0.5,
+                                  detail=lambda: mon.latest and mon.latest.orphans)

@@ -7,7 +7,6 @@ Healthy-job tests first; the late-rank test releases its own hang; the ``hung_de
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
 import os
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.wait import pilot_wait, wait_until, wait_until_async
 from verltop.engine.monitor import Intervals, Monitor
 from verltop.model import PHASES
 from verltop.sources.config import Endpoint
@@ -39,10 +39,14 @@ def endpoint(demo) -> Endpoint:
 
 
 def wait_step(demo, n: int, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while demo.progress().get("step", 0) < n:
-        assert time.monotonic() < deadline, f"demo not at step {n}: {demo.progress()}"
-        time.sleep(0.5)
+    wait_until(lambda: demo.progress().get("step", 0) >= n, timeout, f"the demo at step {n}", step=0.5,
+               detail=demo.progress)
+
+
+async def snapshot_after(mon: Monitor, t: float, timeout: float = 20):
+    """The monitor's first snapshot taken after ``t`` (wall clock)."""
+    return await wait_until_async(lambda: (s := mon.latest) is not None and s.taken_at > t and s, timeout,
+                                  "a snapshot taken after that moment", step=0.2)
 
 
 def demo_steps(demo) -> dict[int, dict[str, float]]:
@@ -71,13 +75,11 @@ async def test_t_shows_each_steps_phases_as_the_job_timed_them(demo):
         await pilot.press("t")
         screen = app.screen
         assert isinstance(screen, TimelineScreen)
-        deadline = time.monotonic() + 90
-        while True:  # three steps that ran while we watched, made exact from Ray's task events
-            watched = [s for s in screen.steps if s.started_at > start and not s.running and s.exact]
-            if len(watched) >= 3:
-                break
-            assert time.monotonic() < deadline, [(s.index, s.running, s.exact) for s in screen.steps]
-            await pilot.pause(0.5)
+        # two steps that ran while we watched (a step is ~10 s), made exact from Ray's task events
+        watched = await pilot_wait(
+            pilot, lambda: (w := [s for s in screen.steps if s.started_at > start and not s.running and s.exact])
+            and len(w) >= 2 and w, 90, "two exact steps watched", step=0.5,
+            detail=lambda: [(s.index, s.running, s.exact) for s in screen.steps])
         shown = str(screen.query_one("#timeline-steps").render())
         assert f"#{watched[-1].index}" in shown and "gen" in shown
         stats = app.engine.timeline.stats
@@ -130,15 +132,13 @@ async def test_a_late_rank_shows_as_a_growing_skew(demo):
     mon.start()
     try:
         demo.request_hang("late")
-        deadline = time.monotonic() + 60
-        while not demo.hung():
-            assert time.monotonic() < deadline, f"no late hang after 60 s: {demo.progress()}"
-            time.sleep(0.5)
+        await wait_until_async(demo.hung, 60, "the late hang", step=0.5, detail=demo.progress)
         since = demo.hang_info()["since"]
         seen = []
-        for _ in range(3):
-            await asyncio.sleep(4.0)
-            snap = await mon.publish_now()
+        t = time.time()
+        for _ in range(3):  # three snapshots of the monitor's own polls, a few of them apart
+            snap = await snapshot_after(mon, t + 3 * POLL_S)
+            t = snap.taken_at
             cur = snap.steps[-1]
             run = next(r for r in cur.runs if r.phase == "update_actor")
             seen.append((snap.taken_at, run))
@@ -154,10 +154,8 @@ async def test_a_late_rank_shows_as_a_growing_skew(demo):
     finally:
         demo.release_hang()
         hung_step = demo.progress().get("step", 0)
-        deadline = time.monotonic() + 45
-        while demo.hung() or demo.progress().get("step", 0) <= hung_step:
-            assert time.monotonic() < deadline, f"job did not resume: {demo.progress()}"
-            time.sleep(0.5)
+        wait_until(lambda: not demo.hung() and demo.progress().get("step", 0) > hung_step, 45,
+                   "the job to resume", step=0.5, detail=demo.progress)
         await mon.stop()
 
 
@@ -165,10 +163,14 @@ async def test_a_collective_hang_keeps_its_step_open(hung_demo):
     mon = Monitor(endpoint(hung_demo), IV, use_local=False)
     mon.start()
     try:
-        await asyncio.sleep(4.0)
-        a = await mon.publish_now()
-        await asyncio.sleep(3.0)
-        b = await mon.publish_now()
+        # two snapshots of the hung step, once the monitor has read the job's finished runs (before, a
+        # snapshot knows only the running tasks and numbers the steps from 1), the second a few polls later
+        await wait_until_async(lambda: mon.seeded, 30, "the monitor's read of the finished runs")
+        seeded = time.time()
+        a = await wait_until_async(lambda: (s := mon.latest) and s.taken_at > seeded and any(
+            r.phase == "update_actor" for r in s.steps[-1].runs) and s, 30, "the hung update_actor in a snapshot",
+            detail=lambda: mon.latest and [(x.index, x.running) for x in mon.latest.steps])
+        b = await snapshot_after(mon, a.taken_at + 3 * POLL_S)
     finally:
         await mon.stop()
     ra = next(r for r in a.steps[-1].runs if r.phase == "update_actor")

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from tests.wait import pilot_wait, wait_until
 from verltop.analysis.stalls import StallSettings
 from verltop.engine.monitor import Intervals
 from verltop.sources.config import Endpoint
@@ -25,10 +26,8 @@ FIRST_RANK_MS = 2000  # loose on a shared 2-core machine; the figure is printed 
 def demo_with_history(demo):
     """A full step done before the hang, so the median rule has update_actor runs to compare with
     (as a job that hangs after training a while; the hung_demo fixture hangs the next update_actor)."""
-    deadline = time.monotonic() + 90
-    while demo.progress().get("step", 0) < 2:
-        assert time.monotonic() < deadline, f"demo not at step 2 after 90 s: {demo.progress()}"
-        time.sleep(0.5)
+    wait_until(lambda: demo.progress().get("step", 0) >= 2, 90, "the demo at step 2", step=0.5,
+               detail=demo.progress)
     return demo
 
 
@@ -68,10 +67,7 @@ async def test_stall_marks_then_dump_names_the_stuck_rank(demo_with_history, hun
         await pilot.press("d")
         screen = app.screen
         assert isinstance(screen, StackScreen) and screen.group == group
-        deadline = time.monotonic() + 60
-        while screen.report is None:
-            assert time.monotonic() < deadline, "dump not finished after 60 s"
-            await pilot.pause(0.2)
+        await pilot_wait(pilot, lambda: screen.report is not None, 60, "the dump", step=0.2)
         report = screen.report
         assert screen.job.first_rank_s is not None and screen.job.first_rank_s * 1000 < FIRST_RANK_MS, screen.job.first_rank_s
 

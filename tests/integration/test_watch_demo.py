@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.engine.procs import Hook, Watch
+from tests.wait import pilot_wait, wait_until
 from verltop.engine import recfile as rf
 from verltop.engine.recording import Recording
 
@@ -27,23 +28,19 @@ RESUME_S = 45
 
 def hang(demo) -> float:
     demo.request_hang()
-    deadline = time.monotonic() + 60
-    while not demo.hung():
-        assert time.monotonic() < deadline, f"no hang after 60 s: {demo.progress()}"
-        time.sleep(0.5)
+    wait_until(demo.hung, 60, "the hang", step=0.5, detail=demo.progress)
     return demo.hang_info()["since"]
 
 
 def release(demo) -> None:
     step = demo.progress().get("step", 0)
     demo.release_hang()
-    deadline = time.monotonic() + RESUME_S
-    while True:
+
+    def resumed() -> bool:
         p = demo.progress()
-        if not demo.hung() and (p.get("step", 0) > step or p.get("phase") in ("update_weights", "done")):
-            return
-        assert time.monotonic() < deadline, f"job did not resume within {RESUME_S}s: {p}"
-        time.sleep(0.5)
+        return not demo.hung() and (p.get("step", 0) > step or p.get("phase") in ("update_weights", "done"))
+
+    wait_until(resumed, RESUME_S, "the job to resume", step=0.5, detail=demo.progress)
 
 
 @pytest.fixture(scope="module")
@@ -53,17 +50,15 @@ def watched(demo, tmp_path_factory):
     if demo.hung():
         release(demo)
     start = demo.progress().get("step", 0)
-    deadline = time.monotonic() + 120
-    while demo.hung() or demo.progress().get("step", 0) < max(3, start + 2):
-        assert time.monotonic() < deadline, f"demo not healthy for two steps after 120 s: {demo.progress()}"
-        time.sleep(0.5)
+    wait_until(lambda: not demo.hung() and demo.progress().get("step", 0) >= max(3, start + 2), 120,
+               "two healthy steps of the demo", step=0.5, detail=demo.progress)
     tmp = tmp_path_factory.mktemp("watch-demo")
     hook = Hook()
     extra = {"RAY_AUTH_TOKEN": demo.token} if demo.token else {}
     w = Watch(tmp / "w", demo.address, "--clear-after", "10", "--before", "60", "--webhook", hook.url,
               "--on-incident", f'echo "$VERLTOP_INCIDENT_DIR" >> {tmp}/hooked', env=extra)
     w.wait(lambda: "watching" in w.log(), 60, "the watch to start")
-    time.sleep(6)  # a few healthy snapshots first
+    w.wait(lambda: w.recorded() >= 3, 60, "three healthy snapshots in the recording")
     try:
         yield w, hook, tmp
     finally:
@@ -103,7 +98,8 @@ def test_one_incident_per_hang_naming_the_straggler(demo, watched):
     w.wait(lambda: hook.posts and (tmp / "hooked").exists(), 30, "the webhook and the hook")
     assert hook.posts[0][2] == {"text": f"verltop: {(inc / 'summary.txt').read_text().strip()} ({inc})"}
     assert (tmp / "hooked").read_text().strip() == str(inc)
-    time.sleep(8)
+    n = w.recorded()  # more polls of the same stall
+    w.wait(lambda: w.recorded() >= n + 3, 60, "three more snapshots in the recording")
     assert len(w.incidents()) == 1 and w.text().count("INCIDENT") == 1  # one per stall, not per poll
     release(demo)
     w.wait(lambda: " over: " in w.text(), 60, "the end of the incident")
@@ -137,21 +133,12 @@ async def test_replay_of_the_incident_shows_rows_turning_red_and_the_dump(watche
         return {a.rank for a in app.snapshot.actors if a.worker_group == group and a.stalled} if app.snapshot else set()
 
     async with app.run_test(size=(200, 50)) as pilot:
-        for _ in range(100):
-            await pilot.pause(0.1)
-            if app.snapshot is not None:
-                break
+        await pilot_wait(pilot, lambda: app.snapshot is not None, 10, "the recording's first snapshot")
         assert app.snapshot.taken_at < doc["detected_at"] and red() == set()  # before: nobody red
-        for _ in range(300):
-            await pilot.pause(0.1)
-            if {0, 1, 3} <= red():
-                break
-        assert {0, 1, 3} <= red(), red()  # the waiting ranks turn red as it plays
+        # the waiting ranks turn red as it plays
+        await pilot_wait(pilot, lambda: {0, 1, 3} <= red(), 30, "ranks 0, 1, 3 red", detail=red)
         await pilot.press("space", "d")
-        for _ in range(100):
-            await pilot.pause(0.1)
-            if isinstance(app.screen, StackScreen):
-                break
+        await pilot_wait(pilot, lambda: isinstance(app.screen, StackScreen), 10, "the stored dump's screen")
         screen = app.screen
         assert isinstance(screen, StackScreen) and screen.report is not None
         assert [(s.worker_group, s.rank) for s in screen.report.suspects] == [(group, 2)]
@@ -161,7 +148,8 @@ async def test_replay_of_the_incident_shows_rows_turning_red_and_the_dump(watche
 def test_kill_9_mid_write_then_replay(watched):
     w, _, _ = watched
     assert w.proc.poll() is None
-    time.sleep(3)
+    n = w.recorded()
+    w.wait(lambda: w.recorded() > n, 30, "the watch recording")  # killed while it writes
     os.killpg(w.proc.pid, signal.SIGKILL)
     killed = time.time()
     w.proc.wait()

@@ -7,7 +7,8 @@ import asyncio
 import pytest
 from aiohttp import web
 
-from tests.replay_server import ReplayDashboard, free_port
+from tests.net import free_port
+from tests.replay_server import ReplayDashboard
 from verltop.sources import dashboard as D
 from verltop.sources.config import Endpoint
 from verltop.sources.http import DashboardClient, allowed

@@ -9,26 +9,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import time
 
 import psutil
 import pytest
 
 from tests.analysis.helpers import row
+from tests.net import free_port
 from tests.shapes import spawn
+from tests.wait import wait_until
 from verltop.analysis.dump import analyse
 from verltop.sources.pyspy import DumpOptions, find_pyspy
 from verltop.sources.stacks import StackCapture, Target
 from verltop.text.contract import dump_json
 
 pytestmark = pytest.mark.skipif(find_pyspy() is None, reason="py-spy not installed")
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _kill_tree(p) -> None:
@@ -41,17 +36,16 @@ def _kill_tree(p) -> None:
 
 
 def _wait_titles(pid: int, titles: set[str], timeout: float = 60) -> dict[str, int]:
-    deadline = time.monotonic() + timeout
-    while True:
+    def children() -> dict[str, int]:
         got = {}
         with contextlib.suppress(psutil.Error):
             for c in psutil.Process(pid).children(recursive=True):
                 with contextlib.suppress(psutil.Error):
                     got[c.cmdline()[0] if c.cmdline() else ""] = c.pid
-        if titles <= set(got):
-            return got
-        assert time.monotonic() < deadline, f"children {sorted(got)} after {timeout}s, wanted {sorted(titles)}"
-        time.sleep(0.2)
+        return got
+
+    return wait_until(lambda: titles <= set(got := children()) and got, timeout, f"children titled {sorted(titles)}",
+                      step=0.2, detail=lambda: sorted(children()))
 
 
 def _server_row(aid: str, pid: int, cls: str, name: str):
@@ -63,12 +57,16 @@ def _server_row(aid: str, pid: int, cls: str, name: str):
 
 def _settled(rows, want, timeout: float = 90):
     """Dump until ``want(report)`` holds (the children take seconds to import torch and get in place)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        rep = _dump(rows)
-        if want(rep) or time.monotonic() > deadline:
-            return rep
-        time.sleep(0.5)
+    last: list = [None]
+
+    def dumped():
+        rep = last[0] = _dump(rows)
+        return want(rep) and rep
+
+    try:
+        return wait_until(dumped, timeout, "the dump to show the children in place", step=0.5)
+    except AssertionError:
+        return last[0]  # the caller's assertions say what is missing
 
 
 def _op(rep, title: str):
@@ -96,7 +94,7 @@ def _dump(rows, samples: int = 2):
 @pytest.fixture(scope="module")
 def vllm_server(tmp_path_factory):
     d = tmp_path_factory.mktemp("vllm")
-    p = spawn("servers.vllm_server_main", str(d), 2, _port(), 1)
+    p = spawn("servers.vllm_server_main", str(d), 2, free_port(), 1)
     try:
         kids = _wait_titles(p.pid, {"VLLM::EngineCore_DP0", "VLLM::Worker_TP0", "VLLM::Worker_TP1"})
         yield p, kids
@@ -134,7 +132,7 @@ def test_vllm_shaped_server_names_the_hung_tp_worker(vllm_server):
 
 
 def test_sglang_shaped_server_names_tp0(tmp_path):
-    p = spawn("servers.sglang_server_main", str(tmp_path), 2, _port(), True)
+    p = spawn("servers.sglang_server_main", str(tmp_path), 2, free_port(), True)
     try:
         kids = _wait_titles(p.pid, {"sglang::scheduler_TP0", "sglang::scheduler_TP1", "sglang::detokenizer"})
         rep = _settled([_server_row("sg", p.pid, "SGLangHttpServer", "sglang_server_0_0")],

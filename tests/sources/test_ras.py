@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.analysis.helpers import row
+from tests.net import free_port
 from tests.ras_server import RasServer, captured
 from verltop.analysis import ras as RAS
 from verltop.analysis.dump import analyse
@@ -286,16 +287,8 @@ def test_the_probe_side_conversation_against_a_real_listener():
     with RasServer({"json": body[body.index("{"):], "text": "unused"}) as srv:
         got, err = ras_remote.status("127.0.0.1", srv.port, 5.0)
     assert err is None and kinds(ras.parse(got)[0]) == [("behind", 1, 1835)]
-    got, err = ras_remote.status("127.0.0.1", _free_port(), 1.0)
+    got, err = ras_remote.status("127.0.0.1", free_port(), 1.0)
     assert got is None and err.startswith("no NCCL RAS service at 127.0.0.1:")
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_remote_nodes_prefer_the_node_with_most_nccl_ranks():

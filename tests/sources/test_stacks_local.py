@@ -12,7 +12,7 @@ import time
 import pytest
 
 from tests.analysis.helpers import row
-from tests.replay_server import free_port
+from tests.net import free_port
 from verltop.analysis.dump import analyse
 from verltop.sources.pyspy import DumpOptions, explain_error, no_pyspy_problem, ptrace_problem
 from verltop.sources.stacks import StackCapture

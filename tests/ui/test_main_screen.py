@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from tests.captures import ray_gpu_cluster
+from tests.wait import pilot_wait
 from verltop.analysis.stalls import StallSettings
 from verltop.engine.monitor import Intervals
 from verltop.sources.config import Endpoint
@@ -20,12 +21,11 @@ def make_app(url: str, **kw) -> VerltopApp:
 
 
 async def wait_rows(pilot, app, n: int, timeout: float = 10.0) -> ActorTable:
+    """The main table once it shows ``n`` rows."""
     t = app.screen.query_one(ActorTable)
-    for _ in range(int(timeout / 0.1)):
-        if t.row_count >= n:
-            return t
-        await pilot.pause(0.1)
-    raise AssertionError(f"table has {t.row_count} rows, wanted {n}")
+    await pilot_wait(pilot, lambda: t.row_count >= n, timeout, f"{n} rows in the table",
+                     detail=lambda: f"{t.row_count} rows")
+    return t
 
 
 async def test_rows_grouped_and_keys(replay):
@@ -43,11 +43,7 @@ async def test_rows_grouped_and_keys(replay):
         await pilot.press("j", "j", "j", "j")
         assert t.selected_key() == keys[4]
         built = app.snapshots_shown
-        for _ in range(30):
-            await pilot.pause(0.1)
-            if app.snapshots_shown >= built + 2:
-                break
-        assert app.snapshots_shown >= built + 2
+        await pilot_wait(pilot, lambda: app.snapshots_shown >= built + 2, 3, "two more snapshots shown")
         assert t.selected_key() == keys[4] and t.rebuilds == 1
         # group by role, then by node, then back
         await pilot.press("g")
@@ -79,10 +75,7 @@ async def test_details_shows_log_tail(replay):
         await pilot.press("enter")
         assert type(app.screen).__name__ == "DetailsScreen"
         log = app.screen.query_one("#log")
-        for _ in range(50):
-            await pilot.pause(0.1)
-            if "loading" not in str(log.render()):
-                break
+        await pilot_wait(pilot, lambda: "loading" not in str(log.render()), 5, "the log tail")
         assert "Watchdog caught collective operation timeout" in str(log.render())
         await pilot.press("escape")
         assert type(app.screen).__name__ == "MainScreen"
@@ -94,35 +87,26 @@ async def test_dashboard_goes_away_ui_keeps_last_data(replay):
         t = await wait_rows(pilot, app, 5)
         replay.hooks["/api/v0/actors"] = lambda req: web.Response(status=500, text="GCS unavailable")
         header = app.screen.query_one("#header")
-        for _ in range(60):
-            await pilot.pause(0.1)
-            if "GCS unavailable" in str(header.render()):
-                break
-        assert "GCS unavailable" in str(header.render())
+        await pilot_wait(pilot, lambda: "GCS unavailable" in str(header.render()), 6, "the error in the header",
+                         detail=lambda: str(header.render()))
         assert t.row_count == 5  # last good data stays
         # keys still answer at once
         await pilot.press("s")
         assert "sort: gpu" in str(app.screen.query_one("#message").render())
         # recovery without a restart
         del replay.hooks["/api/v0/actors"]
-        for _ in range(100):
-            await pilot.pause(0.1)
-            if "GCS unavailable" not in str(header.render()):
-                break
-        assert "GCS unavailable" not in str(header.render())
+        await pilot_wait(pilot, lambda: "GCS unavailable" not in str(header.render()), 10, "the recovery",
+                         detail=lambda: str(header.render()))
 
 
 async def test_starts_with_dashboard_down_then_says_why():
-    from tests.replay_server import free_port
+    from tests.net import free_port
 
     app = make_app(f"http://127.0.0.1:{free_port()}")
     async with app.run_test(size=(120, 30)) as pilot:
         header = app.screen.query_one("#header")
-        for _ in range(50):
-            await pilot.pause(0.1)
-            if "not reachable" in str(header.render()):
-                break
-        assert "not reachable" in str(header.render())
+        await pilot_wait(pilot, lambda: "not reachable" in str(header.render()), 5, "'not reachable' in the header",
+                         detail=lambda: str(header.render()))
         await pilot.press("q")
 
 
@@ -141,18 +125,13 @@ async def test_a_bug_in_a_poll_is_shown_not_swallowed(replay, monkeypatch):
 
         monkeypatch.setattr(parse, "node_detail", broken)
         header = app.screen.query_one("#header")
-        for _ in range(50):
-            await pilot.pause(0.1)
-            if "node details poll failed" in header.text.plain:
-                break
+        await pilot_wait(pilot, lambda: "node details poll failed" in header.text.plain, 5, "the failed poll",
+                         detail=lambda: header.text.plain)
         assert "engine: node details poll failed: KeyError: 'workers'" in header.text.plain
         assert "verltop's log" in header.text.plain
         monkeypatch.setattr(parse, "node_detail", real)
-        for _ in range(50):
-            await pilot.pause(0.1)
-            if "poll failed" not in header.text.plain:
-                break
-        assert "poll failed" not in header.text.plain
+        await pilot_wait(pilot, lambda: "poll failed" not in header.text.plain, 5, "the header to clear",
+                         detail=lambda: header.text.plain)
 
 
 async def test_a_dump_that_fails_says_so_on_its_screen(replay, monkeypatch):
@@ -170,10 +149,8 @@ async def test_a_dump_that_fails_says_so_on_its_screen(replay, monkeypatch):
         monkeypatch.setattr(stacks.StackCapture, "capture", broken)
         await pilot.press("D")
         status = app.screen.query_one("#stack-status")
-        for _ in range(50):
-            await pilot.pause(0.1)
-            if "failed" in str(status.render()):
-                break
+        await pilot_wait(pilot, lambda: "failed" in str(status.render()), 5, "the failed dump's status",
+                         detail=lambda: str(status.render()))
         text = str(status.render())
         assert "the dump failed: RuntimeError: capture exploded" in text and "dumping" not in text
         assert app.screen.report is None and app.screen.job.problem.kind == "internal"
@@ -187,11 +164,9 @@ async def test_stack_screen_opens_a_finished_dump_and_r_takes_a_new_one():
         opts = DumpOptions(samples=2, interval_s=0.0, via="dashboard")
         async with app.run_test(size=(200, 50)) as pilot:
             await wait_rows(pilot, app, 5)
-            for _ in range(100):  # every source in: tasks, and the GPU figures that name rank 0's wait
-                snap = app.snapshot
-                if snap and all(a.task for a in snap.actors) and any(a.gpu_util_percent for a in snap.actors):
-                    break
-                await pilot.pause(0.1)
+            await pilot_wait(  # every source in: tasks, and the GPU figures that name rank 0's wait
+                pilot, lambda: (snap := app.snapshot) and all(a.task for a in snap.actors)
+                and any(a.gpu_util_percent for a in snap.actors), 10, "tasks and GPU figures in the snapshot")
             report = await app.engine.dump(app.snapshot, None, opts).run()
             assert report is not None and [(s.worker_group, s.rank) for s in report.suspects] == [("abcd", 1)]
             tracebacks = lambda: sum(1 for _, p in dash.requests if p.startswith("/worker/traceback"))  # noqa: E731
@@ -214,10 +189,9 @@ async def test_stack_screen_opens_a_finished_dump_and_r_takes_a_new_one():
             assert app.screen is screen
 
             await pilot.press("r")  # a live engine: a new dump
-            for _ in range(200):  # a busy machine can take seconds
-                if screen.report is not report and screen.job is not None and screen.job.stage == "done":
-                    break
-                await pilot.pause(0.1)
+            await pilot_wait(  # a busy machine can take seconds
+                pilot, lambda: screen.report is not report and screen.job is not None and screen.job.stage == "done",
+                20, "the new dump")
             assert screen.report is not report and tracebacks() == 2 * taken
             assert [(s.worker_group, s.rank) for s in screen.report.suspects] == [("abcd", 1)]
 

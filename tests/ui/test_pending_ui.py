@@ -7,19 +7,11 @@ from pathlib import Path
 
 from tests.replay_server import ReplayDashboard
 from tests.ui.test_main_screen import make_app
+from tests.wait import pilot_wait
 from verltop.ui.widgets.actor_table import ActorTable
 
 FIX = Path(__file__).parent.parent / "fixtures" / "pending"
 PG = "pend:placement_group:45905af4e8d7d0e8b490746f284a02000000"
-
-
-async def until(pilot, cond, timeout: float = 10.0, what: str = "condition"):
-    for _ in range(int(timeout / 0.1)):
-        v = cond()
-        if v:
-            return v
-        await pilot.pause(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 async def test_pending_group_then_release():
@@ -27,7 +19,7 @@ async def test_pending_group_then_release():
         app = make_app(d.url)
         async with app.run_test(size=(200, 40)) as pilot:
             t = app.screen.query_one(ActorTable)
-            await until(pilot, lambda: PG in t.keys, what="the pending placement group's line")
+            await pilot_wait(pilot, lambda: PG in t.keys, 10, "the pending placement group's line")
             assert t.keys[:2] == ["grp:pending", PG]
             assert t.cells("grp:pending")["group"].startswith("▼ pending  1 placement group")
             line = t.cells(PG)["pending"]
@@ -43,8 +35,8 @@ async def test_pending_group_then_release():
             assert type(app.screen).__name__ == "MainScreen"
             # job 1 lets go: job 2's placement group is placed, its workers appear (still starting)
             d.dir = FIX / "busy" / "released"
-            await until(pilot, lambda: PG not in t.keys and any(
-                k.startswith("grp:group:job2wg") for k in t.keys), what="the line to go and job2's workers")
+            await pilot_wait(pilot, lambda: PG not in t.keys and any(
+                k.startswith("grp:group:job2wg") for k in t.keys), 10, "the line to go and job2's workers")
             rows = [k for k in t.keys if not k.startswith(("grp:", "pend:"))]
             assert len(rows) == 8  # job1's 4 dead workers and job2's 4 starting ones
             assert not any(k.startswith("pend:placement_group") for k in t.keys)
