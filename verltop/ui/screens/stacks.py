@@ -309,11 +309,9 @@ class StackScreen(Screen):
             self.notify("the dump is not finished yet", severity="warning")
             return
         from verltop.engine.save import write_dump
-        from verltop.text.contract import dump_json
-        from verltop.text.dump import dump_text, full_stacks_text
 
         try:
-            txt, js = write_dump(dump_json(self.report), dump_text(self.report) + "\n\n" + full_stacks_text(self.report))
+            txt, js = write_dump(self.report)
         except OSError as e:
             self.notify(f"could not write the dump: {e.strerror or e}", severity="error")
             return
