@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -154,10 +153,6 @@ def replay(args: argparse.Namespace) -> int:
     app = VerltopApp(engine)
     app.run()
     return app.return_code or 0
-
-
-def utc_stamp(t: float | None = None) -> str:
-    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if t is None else t))
 
 
 def watch(args: argparse.Namespace) -> int:

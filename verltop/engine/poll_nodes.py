@@ -44,6 +44,8 @@ class NodePolls(PollState):
                          resources_total=n.resources_total)
             merged.append(n)
         self._record(self.src.nodes, D.Result(merged, None, ident.taken_at, ident.elapsed_s))
+        if merged:  # a cluster has a node; an empty list is a dashboard's glitch, not every node leaving
+            self.remote.forget({n.node_id for n in merged if n.state != "DEAD"})
         if summary is not None and not summary.ok and summary.error is not None:
             self.src.nodes.error = summary.error.with_message(f"node stats: {summary.error.message}")
 

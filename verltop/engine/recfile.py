@@ -21,7 +21,6 @@ import json
 import os
 import struct
 import zlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -179,17 +178,6 @@ def _valid_at(f: Any, pos: int, size: int) -> bool:
     if sync != SYNC or length > MAX_FRAME or pos + hs + length > size:
         return False
     return zlib.crc32(f.read(length), zlib.crc32(_rest(t, kind, codec, sub))) == crc
-
-
-def read_payloads(path: str, refs: list[FrameRef]) -> Iterator[tuple[FrameRef, Any | RecordingError]]:
-    """Each frame's object (or the RecordingError that says it is damaged), in the order given."""
-    with open(path, "rb") as f:
-        for r in refs:
-            f.seek(r.offset)
-            try:
-                yield r, decode_payload(r, f.read(r.length))
-            except RecordingError as e:
-                yield r, e
 
 
 class FrameFile:
