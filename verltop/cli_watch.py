@@ -107,8 +107,7 @@ def parse_when(v: str, start: float, end: float) -> float:
 
 def record_writer(path: str, address: str, stall_after_s: float) -> Any:
     """``--record FILE``: a new recording (never over an existing file)."""
-    from verltop.engine.recorder import Recorder
-    from verltop.engine.recording import RecordingWriter, base_meta
+    from verltop.engine.recording_writer import Recorder, RecordingWriter, base_meta
 
     p = Path(path).expanduser()
     if p.exists():
@@ -122,8 +121,8 @@ def record_writer(path: str, address: str, stall_after_s: float) -> Any:
 
 def replay_engine(args: argparse.Namespace) -> Any:
     """The replay engine for ``verltop replay`` (ValueError with one line when it cannot)."""
-    from verltop.engine.recfile import RecordingError
-    from verltop.engine.recording import Recording
+    from verltop.engine.recording_format import RecordingError
+    from verltop.engine.recording_reader import Recording
     from verltop.engine.replay import LEAD_S, ReplayEngine
 
     try:

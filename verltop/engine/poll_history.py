@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from verltop.analysis import roles as R
-from verltop.analysis.view import group_key
+from verltop.analysis.snapshot_build import group_key
 from verltop.engine.polling import PollState
 from verltop.model import RawActor
 from verltop.sources import dashboard as D

@@ -6,7 +6,7 @@ import logging
 import time
 from dataclasses import replace
 
-from verltop.analysis.view import running_task_rows
+from verltop.analysis.snapshot_build import running_task_rows
 from verltop.engine.polling import DETAIL_REFRESH_S, PollState
 from verltop.sources import dashboard as D
 

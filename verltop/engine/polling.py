@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from verltop.analysis.history import TaskHistory
+from verltop.analysis.snapshot_build import ClusterData
 from verltop.analysis.stalls import StallSettings
-from verltop.analysis.view import ClusterData
 from verltop.engine.base import Engine
 from verltop.engine.pending import PendingWatch
 from verltop.engine.timeline import Timeline, TrendStore, Work

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from verltop.codec import from_data
-from verltop.engine import recfile as rf
+from verltop.engine import recording_format as rf
 from verltop.engine.base import Engine, Playback
 from verltop.engine.dumps import DumpJob, ProgressFn
-from verltop.engine.recfile import FrameRef, RecordingError
-from verltop.engine.recording import Recording
+from verltop.engine.recording_format import FrameRef, RecordingError
+from verltop.engine.recording_reader import Recording
 from verltop.model import DumpReport, Problem, Snapshot
 from verltop.sources.pyspy import DumpOptions
 

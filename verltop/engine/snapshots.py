@@ -7,7 +7,7 @@ import logging
 from dataclasses import replace
 from typing import Any
 
-from verltop.analysis.view import ClusterData, build_snapshot
+from verltop.analysis.snapshot_build import ClusterData, build_snapshot
 from verltop.engine.polling import PollState
 from verltop.model import ActorRow, Node, ProcStat, Snapshot, SourceStatus
 from verltop.sources.local import LocalSample

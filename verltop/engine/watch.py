@@ -26,14 +26,15 @@ from typing import Any
 from verltop.analysis.dump import dump_targets
 from verltop.analysis.incidents import IncidentEvent, IncidentTracker, label
 from verltop.codec import to_data
-from verltop.engine import recfile as rf
+from verltop.engine import recording_format as rf
 from verltop.engine.dumps import DumpJob
 from verltop.engine.heap import HeapTrim
 from verltop.engine.incident import Incident, incident_dir, make_dir, prune_incidents
 from verltop.engine.monitor import Monitor
 from verltop.engine.notify import post_webhook, run_hook, scrub
-from verltop.engine.recorder import Recorder
-from verltop.engine.recording import SEGMENTS, Limits, Recording, RecordingWriter, export_window
+from verltop.engine.recording_format import SEGMENTS
+from verltop.engine.recording_reader import Recording, export_window
+from verltop.engine.recording_writer import Limits, Recorder, RecordingWriter
 from verltop.model import ActorRow, CollectiveInfo, Problem, Snapshot
 from verltop.sources.pyspy import DumpOptions
 from verltop.text.cells import utc_time

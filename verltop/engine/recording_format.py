@@ -50,6 +50,12 @@ COMPRESS_ABOVE = 200  # bytes of JSON; smaller payloads are stored as they are
 MAX_FRAME = 512 << 20  # a larger length is damage, not data
 
 
+# where the frames go: a file, or segment files in a directory (``verltop watch``)
+SUFFIX = ".vtr"
+SEGMENTS = "recording"  # the segment directory inside a watch directory
+INCIDENT_FILE = "recording.vtr"  # an incident directory's window of the recording
+
+
 class RecordingError(Exception):
     """A file that is not a recording this verltop can read; the message says why, in one line."""
 
