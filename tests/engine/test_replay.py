@@ -65,7 +65,7 @@ async def test_incidents_dumps_and_outages(tmp_path):
         assert [(s.worker_group, s.rank) for s in d.report.suspects] == [("wg", 2)]
         eng.seek(snaps[0].taken_at)
         assert eng.recorded_dump().t == snaps[27].taken_at  # before it was taken: the next one
-        assert eng.recorded_dump(group="nope") is not None
+        assert eng.recorded_dump(scope="nope") is not None
         assert eng.connection_problem() is None  # there is data
         text, problem = await eng.log_tail("a0")
         assert text is None and "no logs" in problem.text

@@ -104,19 +104,19 @@ class Monitor(ActorPolls, TaskPolls, HistoryPolls, NodePolls, LocalPolls, Snapsh
         if self.sampler and self.sampler.nvml_open:
             await asyncio.to_thread(self.sampler.close)
 
-    def dump(self, snap: Snapshot, group: str | None, opts: DumpOptions,
+    def dump(self, snap: Snapshot, scope: str | None, opts: DumpOptions,
              on_progress: ProgressFn | None = None, use_logs: bool = True,
              refresh_rows: Callable[[], Awaitable[dict[str, ActorRow]]] | None = None,
              native_ids: frozenset[str] = frozenset()) -> DumpJob:
         def progress(p: DumpProgress) -> None:
             if p.stage == "done" and p.report is not None:
-                self._publish_dump(p.report, group)  # a recording keeps it
+                self._publish_dump(p.report, scope)  # a recording keeps it
             if on_progress is not None:
                 on_progress(p)
 
-        return DumpJob(self.client, self.local_node_ids(), dump_targets(snap.actors, group), opts, progress,
+        return DumpJob(self.client, self.local_node_ids(), dump_targets(snap.actors, scope), opts, progress,
                        use_logs=use_logs, refresh_rows=refresh_rows, clock=self.clock, nodes=snap.nodes,
-                       drivers=group is None, ras_addrs=self.ras_addresses(snap.actors) if self.use_local else [],
+                       drivers=scope is None, ras_addrs=self.ras_addresses(snap.actors) if self.use_local else [],
                        pending=snap.pending, native_ids=native_ids)
 
     def doctor(self, path: str | None = None, node_timeout_s: float = 30.0,

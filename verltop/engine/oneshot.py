@@ -64,12 +64,12 @@ async def snapshot(mon: Monitor, cpu_window_s: float = 0.0, remote_processes: bo
         await mon.stop()
 
 
-async def dump(mon: Monitor, group: str | None, opts: DumpOptions, use_logs: bool = True) -> DumpReport:
-    """``verltop dump``: every verl rank and the controller (or worker group ``group``, its WG_PREFIX),
-    the monitor stopped after. Raises ``OneShotError`` when there is nothing to dump or the dump failed; a
-    report whose ranks all failed is returned (its errors say why)."""
-    what = f"worker group {group!r}" if group else "verl workers or controller"
-    quick = QuickDump(mon, group, opts, use_logs=use_logs)
+async def dump(mon: Monitor, scope: str | None, opts: DumpOptions, use_logs: bool = True) -> DumpReport:
+    """``verltop dump``: every verl rank and the controller, or ``scope`` (one worker group by its WG_PREFIX,
+    or one actor by name or id); the monitor is stopped after. Raises ``OneShotError`` when there is nothing
+    to dump or the dump failed; a report whose ranks all failed is returned (its errors say why)."""
+    what = f"worker group {scope!r}" if scope else "verl workers or controller"
+    quick = QuickDump(mon, scope, opts, use_logs=use_logs)
     try:
         job = await quick.prepare()
         if job is None:
@@ -94,13 +94,13 @@ async def dump(mon: Monitor, group: str | None, opts: DumpOptions, use_logs: boo
 
 
 class QuickDump:
-    """Prepare a ``DumpJob`` for ``group`` (every verl rank and the controller when None) on a fresh
+    """Prepare a ``DumpJob`` for ``scope`` (every verl rank and the controller when None) on a fresh
     ``Monitor``; ``await prepare()`` returns it (or None when the dashboard gave no actor list:
     ``mon.connection_problem()`` says why) and ``close()`` stops the reads still running."""
 
-    def __init__(self, mon: Monitor, group: str | None, opts: DumpOptions, use_logs: bool = True) -> None:
+    def __init__(self, mon: Monitor, scope: str | None, opts: DumpOptions, use_logs: bool = True) -> None:
         self.mon = mon
-        self.group = group
+        self.scope = scope
         self.opts = opts
         self.use_logs = use_logs
         self._background: list[asyncio.Task] = []
@@ -117,7 +117,7 @@ class QuickDump:
             summary.cancel()
             return None
         snap = mon.snapshot()
-        targets = candidates(snap.actors, self.group)
+        targets = candidates(snap.actors, self.scope)
         self._background += [asyncio.create_task(self._node_stats(nodes, summary)),
                              asyncio.create_task(mon.poll_local(procs=False)),
                              *(asyncio.create_task(mon.seed_roles(g)) for g in colocated_groups(snap.actors))]
@@ -128,10 +128,10 @@ class QuickDump:
                     log.error("a read for the dump failed", exc_info=r)
             rows = mon.rows_by_id(snap.taken_at)
             taken = {a.actor_id for a in targets}
-            return {a.actor_id: a for a in dump_targets(list(rows.values()), self.group) if a.actor_id in taken}
+            return {a.actor_id: a for a in dump_targets(list(rows.values()), self.scope) if a.actor_id in taken}
 
         return DumpJob(mon.client, mon.local_node_ids(), targets, self.opts, use_logs=self.use_logs,
-                       refresh_rows=refreshed, clock=mon.clock, nodes=snap.nodes, drivers=self.group is None,
+                       refresh_rows=refreshed, clock=mon.clock, nodes=snap.nodes, drivers=self.scope is None,
                        ras_addrs=mon.ras_addresses(snap.actors, has_nvidia_device()) if mon.use_local else [], pending=snap.pending)
 
     async def _node_stats(self, nodes: D.Result, summary: asyncio.Task) -> None:
@@ -142,11 +142,11 @@ class QuickDump:
             t.cancel()
 
 
-def candidates(actors: tuple[ActorRow, ...], group: str | None) -> list[ActorRow]:
+def candidates(actors: tuple[ActorRow, ...], scope: str | None) -> list[ActorRow]:
     """What to dump before the tasks are known: ``dump_targets`` of the rows as they are, and colocated
     workers without a worker group (their role comes from their methods)."""
-    out = dump_targets(actors, group)
-    if group is None:
+    out = dump_targets(actors, scope)
+    if scope is None:
         have = {a.actor_id for a in out}
         out += [a for a in actors if a.actor_id not in have and a.worker_group is None
                 and R.is_colocated(a.class_name) and a.state in ("ALIVE", "DEAD", "RESTARTING")]

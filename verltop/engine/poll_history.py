@@ -19,12 +19,12 @@ log = logging.getLogger("verltop.engine")
 class HistoryPolls(PollState):
     """Finished tasks: the history's seed and the roles of colocated groups."""
 
-    async def seed_roles(self, group: Sequence[str] = ()) -> None:
+    async def seed_roles(self, actor_ids: Sequence[str] = ()) -> None:
         """Method names of finished tasks (no times): which roles idle colocated workers host. With
-        ``group`` (the actor ids of one worker group, rank 0 first), one read filtered in GCS by its first
+        ``actor_ids`` (the actor ids of one worker group, rank 0 first), one read filtered in GCS by its first
         actor, whose methods the whole group runs; else every actor's finished tasks (a slower read)."""
         r = await D.fetch_finished_tasks(self.client, timeout_s=self.iv.timeout_s, detail=False,
-                                         actor_id=group[0] if group else None)
+                                         actor_id=actor_ids[0] if actor_ids else None)
         if not r.ok or not r.value:
             return
         await self._hist_ready()
@@ -32,7 +32,7 @@ class HistoryPolls(PollState):
             method = R.method_of(t.func_name) or t.name
             if not t.actor_id or method == "__init__":
                 continue
-            for aid in group or (t.actor_id,):
+            for aid in actor_ids or (t.actor_id,):
                 self.hist.remember_method(aid, method)
 
     async def _poll_roles(self) -> None:

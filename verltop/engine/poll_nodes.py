@@ -77,8 +77,7 @@ class NodePolls(PollState):
         """Per-worker CPU/RSS of remote nodes that host actors. Nodes whose rows are on screen come first;
         at most ``max_node_details`` requests per cycle (``all_nodes`` for one-shot snapshots)."""
         local = self.local_node_ids()
-        known = {n.node_id for n in (self.src.nodes.value or [])} | {a.node_id or "" for a in (self.src.actors.value or [])}
-        wanted = sorted({a.node_id for a in self._actors_on(known) if a.node_id and a.node_id not in local})
+        wanted = sorted({a.node_id for a in self._actors_on(self._known_nodes()) if a.node_id and a.node_id not in local})
         if not wanted:
             return
         if all_nodes:

@@ -190,8 +190,8 @@ class Recorder:
             self._snaps_queued += 1
         self._q.put(("snap", s))
 
-    def dump(self, report: DumpReport, group: str | None, incident: str | None = None) -> None:
-        self._q.put(("event", report.taken_at, rf.DUMP, lambda: {"group": group, "incident": incident,
+    def dump(self, report: DumpReport, scope: str | None, incident: str | None = None) -> None:
+        self._q.put(("event", report.taken_at, rf.DUMP, lambda: {"group": scope, "incident": incident,
                                                                   "report": to_data(report)}))
 
     def event(self, t: float, sub: int, data: dict[str, Any]) -> None:

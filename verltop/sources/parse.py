@@ -268,7 +268,8 @@ def object_refs(doc: Any) -> tuple[list[RawObjectRef], ListResult]:
         oid = _str(r.get("object_id"))
         if not oid or len(oid) < 48:
             continue
-        out.append(RawObjectRef(object_id=oid, owner_pid=_int(r.get("pid")) or None, owner_ip=_str(r.get("ip")) or None))
+        out.append(RawObjectRef(object_id=oid, owner_pid=_int(r.get("pid")) or None,
+                                owner_ip=_str(r.get("ip")) or None))
     return out, lr
 
 
