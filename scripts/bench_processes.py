@@ -83,7 +83,7 @@ def bench_read(n: int, polls: int) -> dict[str, float]:
 
 
 def _cluster(n: int, trees: bool, local: int | None = None):
-    from verltop.analysis.view import ClusterData
+    from verltop.analysis.snapshot_build import ClusterData
     from verltop.model import Gpu, Node, ProcStat, ProcTree, RawActor
 
     local = n if local is None else local
@@ -122,7 +122,7 @@ def _median_ms(fn, reps: int = 15) -> float:
 
 def bench_join(n: int, local: int | None = None) -> dict[str, float]:
     from verltop.analysis.history import TaskHistory
-    from verltop.analysis.view import build_snapshot
+    from verltop.analysis.snapshot_build import build_snapshot
     from verltop.ui.widgets.actor_table import layout_rows
 
     with_t, without = _cluster(n, True, local), _cluster(n, False, local)

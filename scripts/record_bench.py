@@ -50,8 +50,8 @@ def main() -> int:
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--nodes", type=int, default=128)
     a = ap.parse_args()
-    from verltop.engine import recfile as rf
-    from verltop.engine.recording import Recording
+    from verltop.engine import recording_format as rf
+    from verltop.engine.recording_reader import Recording
 
     secs = a.minutes * 60
     port = free_port()

@@ -126,8 +126,8 @@ def main() -> int:
 
 
 def report(samples: list[dict[str, float]], faults: list[tuple[float, str]], d: Path, rc: int) -> None:
-    from verltop.engine import recfile as rf
-    from verltop.engine.recording import Recording
+    from verltop.engine import recording_format as rf
+    from verltop.engine.recording_reader import Recording
 
     warm = [s for s in samples if s["t"] >= 120] or samples
     half = [s for s in warm if s["t"] >= (warm[0]["t"] + warm[-1]["t"]) / 2]

@@ -149,3 +149,20 @@ def test_tui_path_does_not_import_ray_or_torch():
             "print(sorted(m for m in ('ray', 'torch', 'verl') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_dump_sends_its_first_reads_before_importing_the_engine():
+    """``verltop dump`` starts fast on purpose: the engine declares its first reads in a light module, sent
+    before the monitor, analysis or aiohttp are imported."""
+    code = ("import sys, verltop.sources.wire as w\n"
+            "def stop(*a, **k):\n"
+            "    print(sorted(m for m in sys.modules if m.startswith('verltop.') or m == 'aiohttp'))\n"
+            "    raise SystemExit(0)\n"
+            "w.Prefetch.__init__ = stop\n"
+            "from verltop.cli import main\n"
+            "main(['dump', '--address', 'http://127.0.0.1:9', '--timeout', '1'])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=PKG.parent).stdout
+    assert ast.literal_eval(out) == ["verltop.cli", "verltop.cli_watch", "verltop.engine", "verltop.engine.prefetch",
+                         "verltop.logsetup", "verltop.sources", "verltop.sources.config", "verltop.sources.reads",
+                         "verltop.sources.wire"]

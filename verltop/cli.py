@@ -188,39 +188,23 @@ def _settings(args: argparse.Namespace) -> tuple[Any, Any]:
     return Intervals.every(interval, args.timeout), StallSettings(stall_after_s=stall_after)
 
 
-def _monitor(args: argparse.Namespace, nvml: bool | None = True) -> Any:
-    """A monitor for a one-shot command; ``nvml=None``: only where an NVIDIA device exists (a dump reads
-    GPU use to tell a rank waiting on its GPU, and shows no "no NVML" note)."""
-    from verltop.engine.monitor import Monitor
+def _monitor(args: argparse.Namespace, nvml: bool | None = True, prefetch: Any = None) -> Any:
+    from verltop.engine import oneshot
     from verltop.sources.config import resolve
-    from verltop.sources.local import has_nvidia_device
 
     iv, st = _settings(args)
-    # one-shot commands: the stdlib HTTP client (aiohttp's import alone is a third of a dump)
-    return Monitor(resolve(args.address), iv, st, use_local=not args.no_local, transport="stdlib",
-                   ras_addrs=tuple(args.ras_addr or ()), use_nvml=has_nvidia_device() if nvml is None else nvml)
-
-
-async def _first_poll(mon: Any, seed: bool, node_details: bool = True, cpu_window_s: float = 0.0,
-                      ras: bool = False, remote_processes: bool = False) -> None:
-    await mon.poll_once(seed=seed, node_details=node_details, cpu_window_s=cpu_window_s, ras=ras,
-                        remote_processes=remote_processes)
-    if not mon.has_data:
-        err = mon.connection_problem()
-        await mon.stop()
-        raise UserError(err.text if err else "no answer from the dashboard")
+    return oneshot.monitor(resolve(args.address), iv, st, use_local=not args.no_local,
+                           ras_addrs=tuple(args.ras_addr or ()), nvml=nvml, prefetch=prefetch)
 
 
 async def _snapshot(args: argparse.Namespace) -> int:
-    mon = _monitor(args)
-    if args.remote_processes:
-        import importlib.util
+    from verltop.engine import oneshot
 
-        if importlib.util.find_spec("ray") is None:
-            raise UserError("--remote-processes needs ray on this machine (pip install 'ray[default]')")
-    await _first_poll(mon, seed=True, cpu_window_s=args.cpu_window, ras=True, remote_processes=args.remote_processes)
-    snap = mon.snapshot()
-    await mon.stop()
+    try:
+        snap = await oneshot.snapshot(_monitor(args), cpu_window_s=args.cpu_window,
+                                      remote_processes=args.remote_processes)
+    except oneshot.OneShotError as e:
+        raise UserError(str(e)) from None
     if args.json:
         from verltop.text.contract import snapshot_json
 
@@ -236,23 +220,17 @@ async def _snapshot(args: argparse.Namespace) -> int:
 
 
 def _prefetch(args: argparse.Namespace) -> Any:
-    """``dump``'s reads (actors, nodes, running tasks, node stats; the jobs' drivers and the wait graph of a
-    whole-job dump, as ``DumpJob`` asks for them), sent now from threads: the dashboard answers while the
-    engine is still being imported, and the answers wait for it."""
-    from verltop.sources import reads, wire
+    """``dump``'s first reads, as the engine declares them, sent now from threads: the dashboard answers
+    while the engine is still being imported, and the answers wait for it."""
+    from verltop.engine.prefetch import prefetch_dump
     from verltop.sources.config import resolve
 
-    ep, t = resolve(args.address), args.timeout
-    wanted = [reads.actors(t, True), reads.nodes(t), reads.running_tasks(t, True), reads.nodes_summary(),
-              reads.running_tasks(5.0, False), reads.pending_refs(5.0)]
-    if not args.group:
-        wanted.append(reads.jobs(10.0))
-    return wire.Prefetch(ep.address, wire.headers(ep.token), wanted, t + 2)
+    return prefetch_dump(resolve(args.address), args.timeout, whole_job=not args.group)
 
 
 async def _dump(args: argparse.Namespace, prefetch: Any = None) -> int:
-    from verltop.engine.oneshot import QuickDump
-    from verltop.sources.pyspy import DumpOptions, children_by_pidfd
+    from verltop.engine import oneshot
+    from verltop.sources.pyspy import DumpOptions
 
     opts = DumpOptions(native=args.native, nonblocking=args.nonblocking, samples=max(1, args.samples),
                        timeout_s=args.dump_timeout, via=args.via)
@@ -261,49 +239,26 @@ async def _dump(args: argparse.Namespace, prefetch: Any = None) -> int:
         raise UserError(bad)
     if args.output and os.path.exists(args.output) and not args.force:
         raise UserError(f"{args.output} exists; use --force to overwrite it")
-    mon = _monitor(args, nvml=None)
-    mon.client.prefetch = prefetch
-    quick = QuickDump(mon, args.group, opts, use_logs=not args.no_logs)
     try:
-        job = await quick.prepare()
-        if job is None:
-            err = mon.connection_problem()
-            raise UserError(err.text if err else "no answer from the dashboard")
-        if not job.targets and not job.waiting_jobs:
-            what = f"worker group {args.group!r}" if args.group else "verl workers or controller"
-            snap = mon.snapshot()
-            pgs = [p for p in snap.pending if p.kind == "placement_group"]
-            if pgs:  # the workers do not exist yet: say what holds them up instead
-                from verltop.text.pending import not_placed
-
-                why = "; ".join(not_placed(p) for p in pgs[:3])
-                raise UserError(f"no {what} to dump on {snap.address} yet: {why}")
-        with children_by_pidfd():
-            report = await job.run() if job.targets or job.waiting_jobs else None
-    finally:
-        quick.close()
-        await mon.stop()
-    if (job.targets or job.waiting_jobs) and report is None:
-        raise UserError(job.problem.text if job.problem else "the dump failed")
-    if report is None or not report.ranks:
-        what = f"worker group {args.group!r}" if args.group else "verl workers or controller"
-        raise UserError(f"no {what} found on {mon.address} ({len(mon.src.actors.value or [])} actors)")
-    from verltop.text.contract import dump_json
-    from verltop.text.dump import dump_text, full_stacks_text
-
+        report = await oneshot.dump(_monitor(args, nvml=None, prefetch=prefetch), args.group, opts,
+                                    use_logs=not args.no_logs)
+    except oneshot.OneShotError as e:
+        raise UserError(str(e)) from None
     if args.output:
-        from verltop.engine.save import write_private
+        from verltop.engine.save import save_dump
 
-        body = json.dumps(dump_json(report), indent=1) if args.json else dump_text(report) + "\n\n" + \
-            full_stacks_text(report)
         try:
-            write_private(args.output, body, overwrite=args.force)
+            save_dump(report, args.output, as_json=args.json, overwrite=args.force)
         except OSError as e:
             raise UserError(f"cannot write {args.output}: {e.strerror or e}") from None
     if args.json:
+        from verltop.text.contract import dump_json
+
         json.dump(dump_json(report), sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
+        from verltop.text.dump import dump_text
+
         print(dump_text(report))
     dumped = sum(1 for r in report.ranks if r.error is None)
     if dumped == 0:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -108,8 +107,7 @@ def parse_when(v: str, start: float, end: float) -> float:
 
 def record_writer(path: str, address: str, stall_after_s: float) -> Any:
     """``--record FILE``: a new recording (never over an existing file)."""
-    from verltop.engine.recorder import Recorder
-    from verltop.engine.recording import RecordingWriter, base_meta
+    from verltop.engine.recording_writer import Recorder, RecordingWriter, base_meta
 
     p = Path(path).expanduser()
     if p.exists():
@@ -123,8 +121,8 @@ def record_writer(path: str, address: str, stall_after_s: float) -> Any:
 
 def replay_engine(args: argparse.Namespace) -> Any:
     """The replay engine for ``verltop replay`` (ValueError with one line when it cannot)."""
-    from verltop.engine.recfile import RecordingError
-    from verltop.engine.recording import Recording
+    from verltop.engine.recording_format import RecordingError
+    from verltop.engine.recording_reader import Recording
     from verltop.engine.replay import LEAD_S, ReplayEngine
 
     try:
@@ -154,10 +152,6 @@ def replay(args: argparse.Namespace) -> int:
     app = VerltopApp(engine)
     app.run()
     return app.return_code or 0
-
-
-def utc_stamp(t: float | None = None) -> str:
-    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if t is None else t))
 
 
 def watch(args: argparse.Namespace) -> int:

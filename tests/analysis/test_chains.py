@@ -75,7 +75,7 @@ def test_pending_refs_give_the_edge_the_task_tree_lacks():
     """Without a usable parent (here: none), the agent loop's reference to the server's task is the edge."""
     _ctl, al, srv, _ = rows()
     sgen = task("2" * 16, "vLLMHttpServer.generate", SRV, None, 30)
-    ref = RawObjectRef(sgen.task_id + "01000000", "SUBMITTED_TO_WORKER", "LOCAL_REFERENCE", 20, "10.0.0.1")
+    ref = RawObjectRef(sgen.task_id + "01000000", 20, "10.0.0.1")
     busy = stack(("generate", "/app/server.py", 12), *RAY_TAIL)
     rep = analyse([al, srv], {AL: [idle_async()] * 2, SRV: [busy, busy]}, 0.0, tasks=[sgen], refs=[ref])
     (c,) = rep.chains

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from verltop.analysis.history import TaskHistory
-from verltop.analysis.view import ClusterData, build_snapshot
+from verltop.analysis.snapshot_build import ClusterData, build_snapshot
 from verltop.model import Gpu, Node, ProcStat, ProcTree, RawActor
 from verltop.sources import parse
 from verltop.text.contract import actor_json, snapshot_json

@@ -24,8 +24,8 @@ from tests.captures import GPU_RUN, Capture, Replay, pyspy_json, taken_at
 from verltop.analysis.collectives import blocked_on, collective_pending, task_thread
 from verltop.analysis.dump import analyse
 from verltop.analysis.flight_recorder import collective_info
+from verltop.analysis.snapshot_build import _gpu_map, build_snapshot
 from verltop.analysis.stalls import StallSettings
-from verltop.analysis.view import _gpu_map, build_snapshot
 from verltop.model import CollectiveInfo
 from verltop.sources import parse
 from verltop.sources.flight_recorder import load_dump, rank_state, trigger_and_read

@@ -29,8 +29,8 @@ from tests.captures import GPU_RUN, Capture, Replay, pyspy_json, taken_at
 from verltop.analysis.collectives import blocked_on, collective_pending, task_thread
 from verltop.analysis.dump import analyse
 from verltop.analysis.flight_recorder import collective_info, match
+from verltop.analysis.snapshot_build import build_snapshot
 from verltop.analysis.stalls import StallSettings
-from verltop.analysis.view import build_snapshot
 from verltop.engine.dumps import DumpJob, fr_findings, fr_infos
 from verltop.sources.flight_recorder import load_dump, rank_state, read_local, trigger_and_read
 from verltop.sources.local import LocalSample

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from verltop.analysis.history import TaskHistory
-from verltop.analysis.view import ClusterData, build_snapshot
+from verltop.analysis.snapshot_build import ClusterData, build_snapshot
 from verltop.model import ProcStat, ProcTree, Snapshot
 from verltop.sources import parse
 from verltop.text.contract import snapshot_json

@@ -124,8 +124,8 @@ def recorded_report(snap: Snapshot):
 def write_replay_recording(path) -> list[Snapshot]:
     """The synthetic job with what a watch records besides snapshots: an incident when the ranks stall
     (poll 25), the dump taken then, and a dashboard outage (polls 50-54)."""
-    from verltop.engine import recfile as rf
-    from verltop.engine.recording import Limits, RecordingWriter
+    from verltop.engine import recording_format as rf
+    from verltop.engine.recording_writer import Limits, RecordingWriter
 
     snaps = synthetic_snapshots(60)
     w = RecordingWriter(path, {"address": "http://127.0.0.1:8265", "source": "test"}, Limits(keyframe_s=20))

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from tests.faults.helpers import ROOT, clean_env
 from tests.wait import wait_until
-from verltop.engine.recfile import RecordingError
-from verltop.engine.recording import Recording
+from verltop.engine.recording_format import RecordingError
+from verltop.engine.recording_reader import Recording
 
 
 class Hook:

@@ -38,3 +38,49 @@ def test_one_roles_read_per_colocated_group_rank_zero_alive_first():
     b2 = row("b2", "B", 2)
     groups = colocated_groups((ctl, a[2], a[0], a[1], idle, helper, dead, b2))
     assert sorted(groups) == sorted([["a0", "a1", "a2"], ["lone"], ["b2", "b0"]])
+
+
+def test_dump_prefetches_exactly_the_reads_the_dump_makes(monkeypatch):
+    """``verltop dump`` sends ``engine.prefetch.dump_reads`` before the engine is imported; each must be a
+    read the dump then makes (else it is sent for nothing, and the dump asks again)."""
+    import asyncio
+
+    from tests.fakeray.cluster import ClusterConfig, FakeCluster
+    from tests.fakeray.server import FakeDashboard
+    from verltop.analysis.stalls import StallSettings
+    from verltop.engine import oneshot
+    from verltop.engine.monitor import Intervals
+    from verltop.engine.oneshot import QuickDump
+    from verltop.engine.prefetch import dump_reads
+    from verltop.sources.config import Endpoint
+    from verltop.sources.http import DashboardClient
+    from verltop.sources.pyspy import DumpOptions
+
+    asked: set[tuple[str, tuple]] = set()
+    get = DashboardClient.get
+
+    async def recorded(self, path, params=None, timeout_s=10.0):
+        asked.add((path, tuple(params or ())))
+        return await get(self, path, params, timeout_s)
+
+    monkeypatch.setattr(DashboardClient, "get", recorded)
+    t = 3.0
+
+    async def go() -> None:
+        mon = oneshot.monitor(Endpoint(fd.url, "--address", None, None), Intervals(timeout_s=t), StallSettings(),
+                              use_local=False)
+        quick = QuickDump(mon, None, DumpOptions())
+        try:
+            job = await quick.prepare()
+            assert job is not None and job.targets
+            await job._wait_graph()
+            await job._drivers()
+        finally:
+            quick.close()
+            await mon.stop()
+
+    with FakeDashboard(FakeCluster(ClusterConfig(nodes=1, gpus_per_node=2))) as fd:
+        asyncio.run(go())
+    wanted = {(p, tuple(q)) for p, q in dump_reads(t, whole_job=True)}
+    assert wanted - asked == set()
+    assert len(dump_reads(t, whole_job=False)) == len(wanted) - 1  # one group: no drivers to find

@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from tests.engine.helpers import fake_snapshots, same, synthetic_snapshots
-from verltop.engine import recfile as rf
+from verltop.engine import recording_format as rf
 from verltop.engine.frames import SnapshotState, keyframe
-from verltop.engine.recfile import RecordingError
-from verltop.engine.recording import Limits, Recording, RecordingWriter, export_window
+from verltop.engine.recording_format import RecordingError
+from verltop.engine.recording_reader import Recording, export_window
+from verltop.engine.recording_writer import Limits, RecordingWriter
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -193,7 +194,7 @@ WRITER = """
 import sys, time
 sys.path.insert(0, {root!r})
 from tests.engine.helpers import synthetic_snapshots
-from verltop.engine.recording import Limits, RecordingWriter
+from verltop.engine.recording_writer import Limits, RecordingWriter
 snaps = synthetic_snapshots(60)
 w = RecordingWriter({path!r}, {{"source": "test"}}, Limits(keyframe_s=10))
 print("ready", flush=True)

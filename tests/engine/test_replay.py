@@ -6,7 +6,7 @@ import asyncio
 import itertools
 
 from tests.engine.helpers import same, write_replay_recording
-from verltop.engine.recording import Recording
+from verltop.engine.recording_reader import Recording
 from verltop.engine.replay import LEAD_S, ReplayEngine
 
 
@@ -65,7 +65,7 @@ async def test_incidents_dumps_and_outages(tmp_path):
         assert [(s.worker_group, s.rank) for s in d.report.suspects] == [("wg", 2)]
         eng.seek(snaps[0].taken_at)
         assert eng.recorded_dump().t == snaps[27].taken_at  # before it was taken: the next one
-        assert eng.recorded_dump(group="nope") is not None
+        assert eng.recorded_dump(scope="nope") is not None
         assert eng.connection_problem() is None  # there is data
         text, problem = await eng.log_tail("a0")
         assert text is None and "no logs" in problem.text
@@ -77,7 +77,7 @@ async def test_incidents_dumps_and_outages(tmp_path):
 async def test_long_gaps_are_skipped(tmp_path):
     from dataclasses import replace
 
-    from verltop.engine.recording import Limits, RecordingWriter
+    from verltop.engine.recording_writer import Limits, RecordingWriter
 
     snaps = write_replay_recording(tmp_path / "a.vtr")[:10]
     w = RecordingWriter(tmp_path / "g.vtr", {}, Limits())

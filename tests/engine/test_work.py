@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from verltop.analysis.history import TaskHistory
-from verltop.analysis.view import ClusterData, build_snapshot
+from verltop.analysis.snapshot_build import ClusterData, build_snapshot
 from verltop.engine.timeline import Work
 from verltop.model import GroupWork
 from verltop.sources import parse

@@ -17,8 +17,8 @@ import pytest
 from tests.engine.procs import Dashboard, Hook, Watch
 from tests.faults.helpers import ROOT, clean_env
 from tests.net import free_port
-from verltop.engine import recfile as rf
-from verltop.engine.recording import Recording
+from verltop.engine import recording_format as rf
+from verltop.engine.recording_reader import Recording
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ import pytest
 
 from tests.engine.procs import Hook, Watch
 from tests.wait import pilot_wait, wait_until
-from verltop.engine import recfile as rf
-from verltop.engine.recording import Recording
+from verltop.engine import recording_format as rf
+from verltop.engine.recording_reader import Recording
 
 pytestmark = pytest.mark.ray
 

@@ -33,8 +33,8 @@ from tests.snapshots.test_snapshots import (
 from tests.ui.test_process_rows import OneSnapshot
 from verltop.analysis.doctor import build_report
 from verltop.analysis.history import TaskHistory
+from verltop.analysis.snapshot_build import ClusterData, build_snapshot
 from verltop.analysis.steps import CallView, build_steps
-from verltop.analysis.view import ClusterData, build_snapshot
 from verltop.model import DoctorReport, ProcStat, ProcTree, RawActor, Snapshot, Step
 from verltop.sources import parse
 from verltop.text.doctor import value_text
@@ -214,7 +214,7 @@ def test_replay(snap_compare, tmp_path, utc):
     """``verltop replay`` of a recording (tests/engine/helpers.py's job: 4 ranks of wg, an incident, a
     recorded dump), ``i`` then Shift-→: the header says REPLAY ‖ (paused), the speed, the recorded time and
     the position; the rows of wg turn red as the hang has gone on; the message line names the incident."""
-    from verltop.engine.recording import Recording
+    from verltop.engine.recording_reader import Recording
     from verltop.engine.replay import ReplayEngine
 
     snaps = write_replay_recording(tmp_path / "r.vtr")

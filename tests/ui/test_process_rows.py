@@ -15,7 +15,7 @@ import pytest
 
 from tests.proc_shapes import SHAPES, spawn
 from verltop.analysis.history import TaskHistory
-from verltop.analysis.view import ClusterData, build_snapshot
+from verltop.analysis.snapshot_build import ClusterData, build_snapshot
 from verltop.engine.base import Engine
 from verltop.model import ActorRow, Gpu, Node, ProcRow, RawActor, Snapshot
 from verltop.sources.local import LocalSampler

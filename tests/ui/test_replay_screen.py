@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from tests.engine.helpers import write_replay_recording
-from verltop.engine.recording import Recording
+from verltop.engine.recording_reader import Recording
 from verltop.engine.replay import LEAD_S, ReplayEngine
 from verltop.ui.app import VerltopApp
 from verltop.ui.screens.help import help_text

@@ -160,14 +160,14 @@ def with_ras(stacks: list[Suspect], ras: list[Suspect]) -> list[Suspect]:
                                       s.pid or 0))
 
 
-def dump_targets(actors: tuple[ActorRow, ...] | list[ActorRow], group: str | None = None) -> list[ActorRow]:
+def dump_targets(actors: tuple[ActorRow, ...] | list[ActorRow], scope: str | None = None) -> list[ActorRow]:
     """Which actors a dump covers: every actor of the job, of every role (worker groups, the controller,
-    rollout servers, agent and reward loops; dead ranks too, so a dead rank can be named); with ``group``,
+    rollout servers, agent and reward loops; dead ranks too, so a dead rank can be named); with ``scope``,
     that worker group (plus the controller), or the one actor whose name or id it is (``d`` on a rollout
     server). Actors of other jobs on the cluster (verltop's own probe, another user's) are left out when
     the job is known."""
     jobs = {a.job_id for a in actors if a.job_id and (a.worker_group is not None or a.role != "other")}
-    named = [a for a in actors if group is not None and group in (a.actor_name, a.actor_id)]
+    named = [a for a in actors if scope is not None and scope in (a.actor_name, a.actor_id)]
     if named:
         return named
     out = []
@@ -177,7 +177,7 @@ def dump_targets(actors: tuple[ActorRow, ...] | list[ActorRow], group: str | Non
         verl = a.worker_group is not None or a.role not in ("other",) or (jobs and a.job_id in jobs)
         if not verl:
             continue
-        if group is not None and a.role != "controller" and a.worker_group != group:
+        if scope is not None and a.role != "controller" and a.worker_group != scope:
             continue
         if a.state not in ("ALIVE", "DEAD", "RESTARTING"):
             continue

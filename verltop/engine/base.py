@@ -69,7 +69,7 @@ class Engine(ABC):
             fn(snap)
 
     def subscribe_dumps(self, fn: DumpSubscriber) -> Callable[[], None]:
-        """``fn(report, group)`` after each finished dump (a recording keeps them). Returns the unsubscribe."""
+        """``fn(report, scope)`` after each finished dump (a recording keeps them). Returns the unsubscribe."""
         self._dump_subscribers.append(fn)
         return lambda: self._dump_subscribers.remove(fn) if fn in self._dump_subscribers else None
 
@@ -101,9 +101,10 @@ class Engine(ABC):
     # ---------------------------------------------------------- actions
 
     @abstractmethod
-    def dump(self, snap: Snapshot, group: str | None, opts: DumpOptions,
+    def dump(self, snap: Snapshot, scope: str | None, opts: DumpOptions,
              on_progress: ProgressFn | None = None) -> DumpJob:
-        """A dump of ``group`` (every verl rank and the controller when ``None``), ready to ``run()``."""
+        """A dump of ``scope`` — a worker group's prefix, or one actor's name or id (``d`` on a rollout server);
+        every verl rank and the controller when ``None`` — ready to ``run()``."""
 
     def trend(self, actor_id: str, now: float | None = None) -> Any:
         """The actor's trend rings (``analysis.trends.Trend``: GPU util, GPU memory, RSS, power), if kept."""

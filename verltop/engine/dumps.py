@@ -16,6 +16,7 @@ from verltop.analysis.dump import analyse, analyse_child, analyse_rank, child_ke
 from verltop.analysis.flight_recorder import collective_info, match
 from verltop.convert import one_line
 from verltop.engine import nccl_ras
+from verltop.engine.prefetch import JOBS_TIMEOUT_S, WAIT_GRAPH_TIMEOUT_S
 from verltop.model import (
     ActorRow,
     ChildProc,
@@ -231,8 +232,8 @@ class DumpJob:
         """Running tasks (with their parents) and pending object references: who waits on whom."""
         assert self.client is not None
         # bounded: on a large cluster the object table asks every worker; the chains can do without it
-        t, o = await asyncio.gather(fetch_running_tasks(self.client, timeout_s=5.0, detail=False),
-                                    fetch_pending_refs(self.client, timeout_s=5.0))
+        t, o = await asyncio.gather(fetch_running_tasks(self.client, timeout_s=WAIT_GRAPH_TIMEOUT_S, detail=False),
+                                    fetch_pending_refs(self.client, timeout_s=WAIT_GRAPH_TIMEOUT_S))
         return (t.value or []) if t.ok else [], (o.value or []) if o.ok else []
 
     async def _drivers(self) -> list[ActorRow]:
@@ -240,7 +241,7 @@ class DumpJob:
         jobs = {a.job_id for a in self.targets if a.job_id} | self.waiting_jobs
         if not jobs or self.client is None or not self.with_drivers:
             return []
-        r = await fetch_jobs(self.client)
+        r = await fetch_jobs(self.client, JOBS_TIMEOUT_S)
         out = []
         for j in r.value or []:
             if j.job_id not in jobs or j.driver_pid is None or (j.status and j.status != "RUNNING"):

@@ -6,7 +6,7 @@ clock alone: task ages, a stall's age and ratio, how long ago the peers finished
 instant they count from, so an unchanged stall costs nothing in a delta:
 
 - ``ActorRow.task_running_s`` is left out when ``task_start_s`` is known (it is ``taken_at - task_start_s``,
-  exactly as ``analysis.view`` computes it);
+  exactly as ``analysis.snapshot_build`` computes it);
 - a stall's ``running_s`` equal to its row's task age becomes ``"@run": 1``, its ``ratio`` (``running_s /
   median_s``) ``"@ratio": 1``, its ``peers_done_s`` the instant ``"@peers_at"`` (to the millisecond).
 

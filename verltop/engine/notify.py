@@ -14,7 +14,6 @@ import asyncio
 import json
 import logging
 import os
-import signal
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -22,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from verltop.convert import one_line
+from verltop.sources.procgroup import kill_group
 
 log = logging.getLogger("verltop.watch")
 
@@ -95,20 +95,14 @@ async def run_hook(cmd: str, env: dict[str, str], timeout_s: float = 60.0) -> Ho
     try:
         out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
     except asyncio.TimeoutError:
-        _killpg(proc.pid)
+        kill_group(proc.pid)
         await proc.wait()
         return HookResult(False, f"--on-incident killed after {timeout_s:g} s")
     except asyncio.CancelledError:
-        _killpg(proc.pid)
+        kill_group(proc.pid)
         raise
     lines = (out or b"").decode(errors="replace").strip().splitlines()
     tail = one_line(lines[-1], 160) if lines else ""
     ok = proc.returncode == 0
     return HookResult(ok, f"--on-incident exited {proc.returncode}" + (f": {tail}" if tail else ""))
 
-
-def _killpg(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass

@@ -1,4 +1,7 @@
-"""``verltop dump`` without waiting: py-spy starts on this machine's ranks as soon as the actor rows (pids,
+"""One-shot commands (``verltop snapshot``, ``verltop dump``): the engine's side of them, so that the CLI only
+parses arguments and prints. What ``dump`` reads first is declared in ``engine/prefetch.py`` (light).
+
+``verltop dump`` without waiting: py-spy starts on this machine's ranks as soon as the actor rows (pids,
 rank env) and the node list (which node is this machine) are in. What else the report needs — the running
 tasks (the method each rank is in), the roles of idle colocated workers, GPU figures — is read while the
 stacks are taken: it labels and classifies the ranks, it does not choose them.
@@ -11,28 +14,93 @@ the candidates that turn out not to be verl ranks are dropped from the report.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
 
 from verltop.analysis import roles as R
 from verltop.analysis.dump import dump_targets
+from verltop.analysis.stalls import StallSettings
 from verltop.engine.dumps import DumpJob
-from verltop.engine.monitor import Monitor
-from verltop.model import ActorRow
+from verltop.engine.monitor import Intervals, Monitor
+from verltop.model import ActorRow, DumpReport, Snapshot
 from verltop.sources import dashboard as D
+from verltop.sources.config import Endpoint
 from verltop.sources.local import has_nvidia_device
-from verltop.sources.pyspy import DumpOptions
+from verltop.sources.pyspy import DumpOptions, children_by_pidfd
+from verltop.sources.wire import Prefetch
+from verltop.text.pending import not_placed
 
 log = logging.getLogger("verltop.dump")
 
 
+class OneShotError(Exception):
+    """Why a one-shot command has nothing to show; its text is the line the user reads."""
+
+
+def monitor(endpoint: Endpoint, intervals: Intervals, stall: StallSettings, use_local: bool = True,
+            ras_addrs: tuple[str, ...] = (), nvml: bool | None = True, prefetch: Prefetch | None = None) -> Monitor:
+    """A monitor for a one-shot command; ``nvml=None``: only where an NVIDIA device exists (a dump reads
+    GPU use to tell a rank waiting on its GPU, and shows no "no NVML" note). ``prefetch``: the reads
+    ``engine.prefetch`` sent before the engine was imported, for the client to take."""
+    # the stdlib HTTP client: aiohttp's import alone is a third of a dump
+    mon = Monitor(endpoint, intervals, stall, use_local=use_local, transport="stdlib", ras_addrs=ras_addrs,
+                  use_nvml=has_nvidia_device() if nvml is None else nvml)
+    mon.client.prefetch = prefetch
+    return mon
+
+
+async def snapshot(mon: Monitor, cpu_window_s: float = 0.0, remote_processes: bool = False) -> Snapshot:
+    """Every source once (``verltop snapshot``), the monitor stopped after. ``remote_processes`` needs ray
+    on this machine (the probe); raises ``OneShotError`` when it is missing or the dashboard gave nothing."""
+    if remote_processes and importlib.util.find_spec("ray") is None:
+        raise OneShotError("--remote-processes needs ray on this machine (pip install 'ray[default]')")
+    try:
+        await mon.poll_once(seed=True, cpu_window_s=cpu_window_s, ras=True, remote_processes=remote_processes)
+        if not mon.has_data:
+            err = mon.connection_problem()
+            raise OneShotError(err.text if err else "no answer from the dashboard")
+        return mon.snapshot()
+    finally:
+        await mon.stop()
+
+
+async def dump(mon: Monitor, scope: str | None, opts: DumpOptions, use_logs: bool = True) -> DumpReport:
+    """``verltop dump``: every verl rank and the controller, or ``scope`` (one worker group by its WG_PREFIX,
+    or one actor by name or id); the monitor is stopped after. Raises ``OneShotError`` when there is nothing
+    to dump or the dump failed; a report whose ranks all failed is returned (its errors say why)."""
+    what = f"worker group {scope!r}" if scope else "verl workers or controller"
+    quick = QuickDump(mon, scope, opts, use_logs=use_logs)
+    try:
+        job = await quick.prepare()
+        if job is None:
+            err = mon.connection_problem()
+            raise OneShotError(err.text if err else "no answer from the dashboard")
+        if not job.targets and not job.waiting_jobs:
+            snap = mon.snapshot()
+            pgs = [p for p in snap.pending if p.kind == "placement_group"]
+            if pgs:  # the workers do not exist yet: say what holds them up instead
+                why = "; ".join(not_placed(p) for p in pgs[:3])
+                raise OneShotError(f"no {what} to dump on {snap.address} yet: {why}")
+        with children_by_pidfd():
+            report = await job.run() if job.targets or job.waiting_jobs else None
+    finally:
+        quick.close()
+        await mon.stop()
+    if (job.targets or job.waiting_jobs) and report is None:
+        raise OneShotError(job.problem.text if job.problem else "the dump failed")
+    if report is None or not report.ranks:
+        raise OneShotError(f"no {what} found on {mon.address} ({len(mon.src.actors.value or [])} actors)")
+    return report
+
+
 class QuickDump:
-    """Prepare a ``DumpJob`` for ``group`` (every verl rank and the controller when None) on a fresh
+    """Prepare a ``DumpJob`` for ``scope`` (every verl rank and the controller when None) on a fresh
     ``Monitor``; ``await prepare()`` returns it (or None when the dashboard gave no actor list:
     ``mon.connection_problem()`` says why) and ``close()`` stops the reads still running."""
 
-    def __init__(self, mon: Monitor, group: str | None, opts: DumpOptions, use_logs: bool = True) -> None:
+    def __init__(self, mon: Monitor, scope: str | None, opts: DumpOptions, use_logs: bool = True) -> None:
         self.mon = mon
-        self.group = group
+        self.scope = scope
         self.opts = opts
         self.use_logs = use_logs
         self._background: list[asyncio.Task] = []
@@ -49,7 +117,7 @@ class QuickDump:
             summary.cancel()
             return None
         snap = mon.snapshot()
-        targets = candidates(snap.actors, self.group)
+        targets = candidates(snap.actors, self.scope)
         self._background += [asyncio.create_task(self._node_stats(nodes, summary)),
                              asyncio.create_task(mon.poll_local(procs=False)),
                              *(asyncio.create_task(mon.seed_roles(g)) for g in colocated_groups(snap.actors))]
@@ -60,10 +128,10 @@ class QuickDump:
                     log.error("a read for the dump failed", exc_info=r)
             rows = mon.rows_by_id(snap.taken_at)
             taken = {a.actor_id for a in targets}
-            return {a.actor_id: a for a in dump_targets(list(rows.values()), self.group) if a.actor_id in taken}
+            return {a.actor_id: a for a in dump_targets(list(rows.values()), self.scope) if a.actor_id in taken}
 
         return DumpJob(mon.client, mon.local_node_ids(), targets, self.opts, use_logs=self.use_logs,
-                       refresh_rows=refreshed, clock=mon.clock, nodes=snap.nodes, drivers=self.group is None,
+                       refresh_rows=refreshed, clock=mon.clock, nodes=snap.nodes, drivers=self.scope is None,
                        ras_addrs=mon.ras_addresses(snap.actors, has_nvidia_device()) if mon.use_local else [], pending=snap.pending)
 
     async def _node_stats(self, nodes: D.Result, summary: asyncio.Task) -> None:
@@ -74,11 +142,11 @@ class QuickDump:
             t.cancel()
 
 
-def candidates(actors: tuple[ActorRow, ...], group: str | None) -> list[ActorRow]:
+def candidates(actors: tuple[ActorRow, ...], scope: str | None) -> list[ActorRow]:
     """What to dump before the tasks are known: ``dump_targets`` of the rows as they are, and colocated
     workers without a worker group (their role comes from their methods)."""
-    out = dump_targets(actors, group)
-    if group is None:
+    out = dump_targets(actors, scope)
+    if scope is None:
         have = {a.actor_id for a in out}
         out += [a for a in actors if a.actor_id not in have and a.worker_group is None
                 and R.is_colocated(a.class_name) and a.state in ("ALIVE", "DEAD", "RESTARTING")]

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from verltop.codec import from_data
-from verltop.engine import recfile as rf
+from verltop.engine import recording_format as rf
 from verltop.engine.base import Engine, Playback
 from verltop.engine.dumps import DumpJob, ProgressFn
-from verltop.engine.recfile import FrameRef, RecordingError
-from verltop.engine.recording import Recording
+from verltop.engine.recording_format import FrameRef, RecordingError
+from verltop.engine.recording_reader import Recording
 from verltop.model import DumpReport, Problem, Snapshot
 from verltop.sources.pyspy import DumpOptions
 
@@ -158,7 +158,7 @@ class ReplayEngine(Engine):
             last = p
         return last or Problem("replay", "no snapshot recorded yet at this time")
 
-    def dump(self, snap: Snapshot, group: str | None, opts: DumpOptions,
+    def dump(self, snap: Snapshot, scope: str | None, opts: DumpOptions,
              on_progress: ProgressFn | None = None) -> DumpJob:
         """A recording cannot take new stacks: a job with nothing to dump (views check ``live`` first)."""
         return DumpJob(None, frozenset(), [], opts, on_progress)
@@ -273,8 +273,8 @@ class ReplayEngine(Engine):
         """When each recorded dump was taken."""
         return [r.t for r in self._dumps]
 
-    def recorded_dump(self, group: str | None = None, t: float | None = None) -> RecordedDump | None:
-        """The recorded dump to show at ``t``: the last one taken by then (of ``group`` when there is one),
+    def recorded_dump(self, scope: str | None = None, t: float | None = None) -> RecordedDump | None:
+        """The recorded dump to show at ``t``: the last one taken by then (of ``scope`` when there is one),
         else the first one after."""
         if not self._dumps:
             return None
@@ -285,7 +285,7 @@ class ReplayEngine(Engine):
             d = self._dump(k)
             if d is None:
                 continue
-            if group is None or d.group in (group, None):
+            if scope is None or d.group in (scope, None):
                 return d
             best = best or d
         return best

@@ -1,4 +1,4 @@
-"""Writing dumps: mode 0600, never over an existing file unless asked."""
+"""Writing dumps: mode 0600, never over an existing file unless asked; the same body from the TUI and the CLI."""
 
 from __future__ import annotations
 
@@ -6,7 +6,10 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+
+from verltop.model import DumpReport
+from verltop.text.contract import dump_json
+from verltop.text.dump import dump_text, full_stacks_text
 
 
 def write_private(path: str | Path, text: str, overwrite: bool = False) -> Path:
@@ -36,8 +39,21 @@ def default_dump_paths(directory: str | Path = ".", now: float | None = None) ->
     return base.with_suffix(".txt"), base.with_suffix(".json")
 
 
-def write_dump(report_json: dict[str, Any], report_text: str, directory: str | Path = ".") -> tuple[Path, Path]:
+def dump_file_text(report: DumpReport, as_json: bool = False) -> str:
+    """What a saved dump holds: the JSON contract, or the report with every rank's full stacks after it."""
+    if as_json:
+        return json.dumps(dump_json(report), indent=1)
+    return dump_text(report) + "\n\n" + full_stacks_text(report)
+
+
+def save_dump(report: DumpReport, path: str | Path, as_json: bool = False, overwrite: bool = False) -> Path:
+    """``verltop dump --output PATH``: one file, text or JSON."""
+    return write_private(path, dump_file_text(report, as_json), overwrite=overwrite)
+
+
+def write_dump(report: DumpReport, directory: str | Path = ".") -> tuple[Path, Path]:
+    """The TUI's ``w``: the text and the JSON side by side, under a new stamped name in ``directory``."""
     txt, js = default_dump_paths(directory)
-    write_private(txt, report_text)
-    write_private(js, json.dumps(report_json, indent=1))
+    write_private(txt, dump_file_text(report))
+    write_private(js, dump_file_text(report, as_json=True))
     return txt, js

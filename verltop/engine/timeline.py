@@ -16,11 +16,11 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from verltop.analysis import roles as R
+from verltop.analysis.snapshot_build import group_key
 from verltop.analysis.steps import median_step_s, segment, steps_of
 from verltop.analysis.timeline import Finished, Observed, StepTracker
 from verltop.analysis.timeline_reads import NAME_ROWS_BUDGET, Query, ReadPlanner
 from verltop.analysis.trends import Trend, Trends
-from verltop.analysis.view import group_key
 from verltop.model import ActorRow, GroupWork, RawActor, RawTask, Step
 from verltop.sources import dashboard as D
 from verltop.sources.http import DashboardClient

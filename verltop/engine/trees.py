@@ -1,7 +1,7 @@
 """Process trees of other nodes, read through a probe actor per node (``sources/probe.py``).
 
 Not on a timer by default: ``ray`` is imported and a probe started only once the user asks for a node's
-processes (the ``t`` key on one of its actors, or ``snapshot --remote-processes``). From then on, the nodes
+processes (the ``c`` key on one of its actors, or ``snapshot --remote-processes``). From then on, the nodes
 asked about are re-read every ``interval_s`` while their rows are on screen, at most ``max_nodes`` per
 cycle: one small actor call per node, answered from an incremental /proc reader on that node.
 """
@@ -83,9 +83,12 @@ class RemoteTrees:
         return fresh
 
     def forget(self, alive: set[str]) -> None:
-        """Drop the trees of nodes that left the cluster."""
+        """Drop the trees of nodes that left the cluster, and stop asking about them (a long run sees many
+        nodes come and go)."""
         for n in [n for n in self.trees if n not in alive]:
             del self.trees[n]
+        for n in [n for n in self.asked if n not in alive]:
+            del self.asked[n]
 
     async def close(self) -> None:
         if self._pool is not None:

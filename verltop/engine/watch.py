@@ -26,13 +26,15 @@ from typing import Any
 from verltop.analysis.dump import dump_targets
 from verltop.analysis.incidents import IncidentEvent, IncidentTracker, label
 from verltop.codec import to_data
-from verltop.engine import recfile as rf
+from verltop.engine import recording_format as rf
 from verltop.engine.dumps import DumpJob
+from verltop.engine.heap import HeapTrim
 from verltop.engine.incident import Incident, incident_dir, make_dir, prune_incidents
 from verltop.engine.monitor import Monitor
 from verltop.engine.notify import post_webhook, run_hook, scrub
-from verltop.engine.recorder import Recorder
-from verltop.engine.recording import SEGMENTS, Limits, Recording, RecordingWriter, export_window
+from verltop.engine.recording_format import SEGMENTS
+from verltop.engine.recording_reader import Recording, export_window
+from verltop.engine.recording_writer import Limits, Recorder, RecordingWriter
 from verltop.model import ActorRow, CollectiveInfo, Problem, Snapshot
 from verltop.sources.pyspy import DumpOptions
 from verltop.text.cells import utc_time
@@ -307,16 +309,14 @@ class Watcher:
         """Dashboard outages and recoveries: into the recording (status events) and the watch log. And
         once a minute, freed heap back to the OS (multi-MB answers parsed in threads fragment glibc's
         arenas: RSS crept ~0.1 MB a minute over a soak without it)."""
-        last_trim = time.monotonic()
+        heap = HeapTrim()
         while True:
             await asyncio.sleep(self.cfg.status_every_s)
             try:
                 self._check_status()
             except Exception:
                 log.error("status check failed", exc_info=True)
-            if time.monotonic() - last_trim > 60:
-                last_trim = time.monotonic()
-                _trim_heap()
+            heap.tick()
 
     def _check_status(self) -> None:
         assert self.recorder is not None
@@ -384,14 +384,6 @@ class Watcher:
             self.say(line)
             log.info(line)
 
-
-def _trim_heap() -> None:
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass  # not glibc
 
 
 def _label(a: ActorRow | None) -> str:

@@ -16,11 +16,8 @@ class RawPlacementGroup:
     state: str  # PENDING | RESCHEDULING | CREATED | REMOVED
     scheduling_state: str | None  # stats.scheduling_state: INFEASIBLE | NO_RESOURCES | QUEUED | ... | FINISHED
     bundles: tuple[Resources, ...]  # unit_resources of each bundle
-    bundle_nodes: tuple[str | None, ...] = ()  # where each bundle sits (None until placed)
     job_id: str | None = None
     created_s: float | None = None  # stats.creation_request_received_ns, as wall-clock seconds
-    attempts: int | None = None  # stats.scheduling_attempt
-    detached: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,8 +66,6 @@ class RawObjectRef:
     ``task_id`` (the first 48 hex digits of the object id) that is not finished yet."""
 
     object_id: str
-    task_status: str | None
-    reference_type: str | None
     owner_pid: int | None
     owner_ip: str | None
 
@@ -84,7 +82,6 @@ class RawJob:
     status: str | None
     driver_pid: int | None
     driver_ip: str | None
-    driver_node_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

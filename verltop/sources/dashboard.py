@@ -231,19 +231,19 @@ async def fetch_log_tail(
     client: DashboardClient, actor_id: str, suffix: str = "err", lines: int = 200, timeout_s: float = 10.0
 ) -> Result[str]:
     """The last ``lines`` of an actor's worker log (``out`` or ``err``)."""
-    params = [("actor_id", actor_id), ("lines", str(lines)), ("suffix", suffix)]
-    reply = await client.get("/api/v0/logs/file", params, timeout_s)
-    now = time.time()
-    if not reply.ok:
-        return _fail(reply, now)
-    return Result(reply.text, None, now, reply.elapsed_s)
+    return await _log_file(client, [("actor_id", actor_id), ("lines", str(lines)), ("suffix", suffix)], timeout_s)
 
 
 async def fetch_process_log_tail(
     client: DashboardClient, pid: int, node_id: str, suffix: str = "err", lines: int = 60, timeout_s: float = 10.0
 ) -> Result[str]:
     """The last ``lines`` of a worker process's log by pid: an actor's earlier incarnation, after a restart."""
-    params = [("pid", str(pid)), ("node_id", node_id), ("lines", str(lines)), ("suffix", suffix)]
+    return await _log_file(client, [("pid", str(pid)), ("node_id", node_id), ("lines", str(lines)), ("suffix", suffix)],
+                           timeout_s)
+
+
+async def _log_file(client: DashboardClient, params: list[tuple[str, str]], timeout_s: float) -> Result[str]:
+    """The tail of one log file, as text (the dashboard picks the file from ``params``)."""
     reply = await client.get("/api/v0/logs/file", params, timeout_s)
     now = time.time()
     if not reply.ok:

@@ -268,9 +268,8 @@ def object_refs(doc: Any) -> tuple[list[RawObjectRef], ListResult]:
         oid = _str(r.get("object_id"))
         if not oid or len(oid) < 48:
             continue
-        out.append(RawObjectRef(object_id=oid, task_status=_str(r.get("task_status")) or None,
-                                reference_type=_str(r.get("reference_type")) or None,
-                                owner_pid=_int(r.get("pid")) or None, owner_ip=_str(r.get("ip")) or None))
+        out.append(RawObjectRef(object_id=oid, owner_pid=_int(r.get("pid")) or None,
+                                owner_ip=_str(r.get("ip")) or None))
     return out, lr
 
 
@@ -285,8 +284,7 @@ def jobs(doc: Any) -> list[RawJob]:
             continue
         d = _dict(r.get("driver_info"))
         out.append(RawJob(job_id=jid, status=(_str(r.get("status")) or "").upper() or None,
-                          driver_pid=_int(d.get("pid")) or None, driver_ip=_str(d.get("node_ip_address")) or None,
-                          driver_node_id=_str(r.get("driver_node_id")) or None))
+                          driver_pid=_int(d.get("pid")) or None, driver_ip=_str(d.get("node_ip_address")) or None))
     return out
 
 

@@ -43,11 +43,8 @@ def placement_group(row: Any) -> RawPlacementGroup | None:
         state=(to_str(r.get("state")) or "UNKNOWN").upper(),
         scheduling_state=(to_str(stats.get("scheduling_state")) or "").upper() or None,
         bundles=tuple(resources(b.get("unit_resources")) for b in bundles),
-        bundle_nodes=tuple(to_str(b.get("node_id")) or None for b in bundles),
         job_id=to_str(r.get("creator_job_id")) or None,
         created_s=ns / 1e9 if ns else None,
-        attempts=to_int(stats.get("scheduling_attempt")),
-        detached=r.get("is_detached") is True,
     )
 
 

@@ -68,7 +68,6 @@ class ProcReader:
         # /proc/PID/stat belongs to that process: once it is gone, reading it fails (no pid-reuse mix-up)
         self._fds: dict[int, int] = {}
         self.max_fds = max_fds
-        self.stat_reads = 0  # for the benchmark: stat files read so far
 
     # ---------------------------------------------------------- /proc files
 
@@ -85,7 +84,6 @@ class ProcReader:
     def _stat(self, pid: int, keep: bool = False) -> Stat | None:
         """``(ppid, comm, starttime, cpu ticks, rss pages)`` from ``/proc/PID/stat``, or None if gone.
         ``keep``: keep the file open for the next read (descendants, read every time)."""
-        self.stat_reads += 1
         try:
             fd = self._fds.get(pid)
             if fd is not None:

@@ -11,7 +11,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from typing import Any
 
 from verltop.convert import one_line, to_bool, to_int
 from verltop.model import Frame, Problem, ProcessDump, ThreadStack
+from verltop.sources.procgroup import kill_group
 
 PTRACE_REMEDY = (
     "run verltop as root, give py-spy CAP_SYS_PTRACE (setcap cap_sys_ptrace+ep $(which py-spy)), or set "
@@ -113,13 +113,13 @@ async def dump_local(pid: int, opts: DumpOptions, pyspy: str) -> ProcessDump:
     try:
         out, err = await asyncio.wait_for(proc.communicate(), opts.per_process_timeout)
     except asyncio.TimeoutError:
-        _kill_group(proc.pid)
+        kill_group(proc.pid)
         await proc.wait()
         return ProcessDump(pid, error=timeout_problem(opts.per_process_timeout), taken_at=started,
                            duration_s=time.monotonic() - t0)
     except asyncio.CancelledError:
         if proc.returncode is None:
-            _kill_group(proc.pid)
+            kill_group(proc.pid)
             await proc.wait()
         raise
     dt = time.monotonic() - t0
@@ -157,12 +157,6 @@ def children_by_pidfd() -> Iterator[None]:
 def timeout_problem(timeout_s: float) -> Problem:
     return Problem("pyspy_timeout", f"py-spy did not finish within {timeout_s:g} s (killed)")
 
-
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 _THREAD = re.compile(r'^Thread (0x[0-9a-fA-F]+|\d+) \(([a-z+]+)\)(?:: "(.*)")?\s*$')
 # `    func (file:line)`; the location is the last parenthesised part: C++ names hold " (" of their own

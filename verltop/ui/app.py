@@ -10,6 +10,7 @@ from textual.app import App
 from textual.binding import Binding
 
 from verltop.engine import Engine
+from verltop.engine.heap import HeapTrim
 from verltop.model import Snapshot
 
 
@@ -27,7 +28,7 @@ class VerltopApp(App):
         self.demo = demo
         self.snapshot: Snapshot | None = None
         self.autostart = autostart
-        self._last_trim = time.monotonic()
+        self._heap = HeapTrim()
         self._unsubscribe = engine.subscribe(self._on_snapshot)
         self._showing: asyncio.Future | None = None
         self._pending: Snapshot | None = None
@@ -79,9 +80,7 @@ class VerltopApp(App):
             self.snapshot = snap  # what is on screen now
             self.last_layout_ms = (time.perf_counter() - t0) * 1000
             self.snapshots_shown += 1
-        if time.monotonic() - self._last_trim > 60:
-            self._last_trim = time.monotonic()
-            _trim_heap()
+        self._heap.tick()
 
     async def show_now(self) -> None:
         """Show the engine's latest snapshot at once (tests)."""
@@ -101,13 +100,3 @@ class VerltopApp(App):
         self._unsubscribe()
         await self.engine.stop()
 
-
-def _trim_heap() -> None:
-    """Hand freed heap back to the OS. Parsing multi-MB answers every few seconds, from several threads,
-    fragments glibc's arenas: RSS crept ~1.5 MiB a minute with a constant number of live objects."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass  # not glibc

@@ -206,13 +206,13 @@ class MainScreen(Screen):
     def _selected(self, event: ActorTable.ActorSelected) -> None:
         self.action_details()
 
-    def _dump(self, group: str | None, all_: bool) -> None:
+    def _dump(self, scope: str | None, all_: bool) -> None:
         if self._last is None:
             self.message("no data yet: nothing to dump", "error")
             return
         from verltop.ui.screens.stacks import StackScreen
 
-        self.app.push_screen(StackScreen(self._last, group=None if all_ else group))
+        self.app.push_screen(StackScreen(self._last, scope=None if all_ else scope))
 
     def action_dump_group(self) -> None:
         aid = self.table.selected_actor()

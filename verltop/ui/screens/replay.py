@@ -91,16 +91,16 @@ class ReplayScreen(MainScreen):
         group = row.worker_group if row else (key.split(":", 2)[2] if key.startswith("grp:group:") else None)
         self._dump(group, False)
 
-    def _dump(self, group: str | None, all_: bool) -> None:
+    def _dump(self, scope: str | None, all_: bool) -> None:
         if self._last is None:
             self.message("no snapshot at this time yet", "error")
             return
         self.message("reading the recorded dump…")
-        self.open_dump(None if all_ else group)
+        self.open_dump(None if all_ else scope)
 
     @work(exclusive=True, group="recorded-dump", thread=True)
-    def open_dump(self, group: str | None) -> None:
-        d = self.replay.recorded_dump(group)  # decoding a 1,000-rank dump takes a while: not on the UI loop
+    def open_dump(self, scope: str | None) -> None:
+        d = self.replay.recorded_dump(scope)  # decoding a 1,000-rank dump takes a while: not on the UI loop
         self.app.call_from_thread(self._open, d)
 
     def _open(self, d: RecordedDump | None) -> None:
@@ -115,4 +115,4 @@ class ReplayScreen(MainScreen):
         snap = self._last
         assert snap is not None
         self.message("")
-        self.app.push_screen(StackScreen(snap, group=d.group, report=d.report, title=title))
+        self.app.push_screen(StackScreen(snap, scope=d.group, report=d.report, title=title))

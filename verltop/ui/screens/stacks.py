@@ -66,25 +66,25 @@ def rank_cells(r: RankDump, suspect: bool) -> tuple:
     note = Text(r.error.text if r.error else "", style="yellow")
     if r.death is not None:
         note.append(f" {r.death.kind}: {r.death.detail or '-'}", style="bold red")
-    group = Text(a.worker_group or ("controller" if a.role == "controller" else a.actor_name or "-"))
+    who = Text(a.worker_group or ("controller" if a.role == "controller" else a.actor_name or "-"))
     if suspect:
-        group = Text("▶ " + group.plain, style="bold red")
+        who = Text("▶ " + who.plain, style="bold red")
     # a child process sits under its actor, by its title (the role is its actor's)
     role = Text(f" └ {label_title(r.process)}", style="cyan") if r.process is not None else Text(a.role)
-    return (group, "-" if a.rank is None else str(a.rank), role, a.node_ip or "-", op, frame or "-", motion, note)
+    return (who, "-" if a.rank is None else str(a.rank), role, a.node_ip or "-", op, frame or "-", motion, note)
 
 
 class StackScreen(Screen):
-    """A dump of ``group`` (every verl rank when None) taken now; or, with ``report``, a finished dump shown
+    """A dump of ``scope`` (every verl rank when None) taken now; or, with ``report``, a finished dump shown
     as it is (a saved or recorded one), with nothing taken until ``r`` asks a live engine for a new one."""
 
     BINDINGS = keymap.STACKS
 
-    def __init__(self, snap: Snapshot, group: str | None = None, opts: DumpOptions | None = None,
+    def __init__(self, snap: Snapshot, scope: str | None = None, opts: DumpOptions | None = None,
                  report: DumpReport | None = None, title: str | None = None) -> None:
         super().__init__()
         self.snap = snap
-        self.group = group
+        self.scope = scope
         self.opts = opts or DumpOptions(samples=2, interval_s=1.0)
         self.job: DumpJob | None = None
         self.report: DumpReport | None = report
@@ -149,10 +149,10 @@ class StackScreen(Screen):
         if not self.app.engine.live:
             self.notify("a recording cannot take new dumps", severity="warning")
             return
-        one = next((a for a in self.snap.actors if a.actor_id == self.group), None)
+        one = next((a for a in self.snap.actors if a.actor_id == self.scope), None)
         what = (f"{one.actor_name or one.class_name} and its processes" if one else
-                f"worker group {self.group}" if self.group else "every process of the job")
-        self.job = self.app.engine.dump(self.snap, self.group, self.opts, self._progress)
+                f"worker group {self.scope}" if self.scope else "every process of the job")
+        self.job = self.app.engine.dump(self.snap, self.scope, self.opts, self._progress)
         if not self.job.targets and not self.job.waiting_jobs:
             pgs = [p for p in self.snap.pending if p.kind == "placement_group"]
             why = "".join(f"\n{not_placed(p)}" for p in pgs[:3])
@@ -309,11 +309,9 @@ class StackScreen(Screen):
             self.notify("the dump is not finished yet", severity="warning")
             return
         from verltop.engine.save import write_dump
-        from verltop.text.contract import dump_json
-        from verltop.text.dump import dump_text, full_stacks_text
 
         try:
-            txt, js = write_dump(dump_json(self.report), dump_text(self.report) + "\n\n" + full_stacks_text(self.report))
+            txt, js = write_dump(self.report)
         except OSError as e:
             self.notify(f"could not write the dump: {e.strerror or e}", severity="error")
             return

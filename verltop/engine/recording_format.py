@@ -21,7 +21,6 @@ import json
 import os
 import struct
 import zlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +48,12 @@ DUMP, INCIDENT, STATUS = 1, 2, 3  # event kinds (the header's ``sub``)
 JSON_CODEC, ZLIB_CODEC = 0, 1
 COMPRESS_ABOVE = 200  # bytes of JSON; smaller payloads are stored as they are
 MAX_FRAME = 512 << 20  # a larger length is damage, not data
+
+
+# where the frames go: a file, or segment files in a directory (``verltop watch``)
+SUFFIX = ".vtr"
+SEGMENTS = "recording"  # the segment directory inside a watch directory
+INCIDENT_FILE = "recording.vtr"  # an incident directory's window of the recording
 
 
 class RecordingError(Exception):
@@ -179,17 +184,6 @@ def _valid_at(f: Any, pos: int, size: int) -> bool:
     if sync != SYNC or length > MAX_FRAME or pos + hs + length > size:
         return False
     return zlib.crc32(f.read(length), zlib.crc32(_rest(t, kind, codec, sub))) == crc
-
-
-def read_payloads(path: str, refs: list[FrameRef]) -> Iterator[tuple[FrameRef, Any | RecordingError]]:
-    """Each frame's object (or the RecordingError that says it is damaged), in the order given."""
-    with open(path, "rb") as f:
-        for r in refs:
-            f.seek(r.offset)
-            try:
-                yield r, decode_payload(r, f.read(r.length))
-            except RecordingError as e:
-                yield r, e
 
 
 class FrameFile:

@@ -1,159 +1,20 @@
-"""Recordings of a job: snapshots (keyframes and deltas), dumps, incidents and dashboard outages, written to
-one file (``verltop --record FILE``) or to rotating segment files in a directory (``verltop watch``), and
-read back: an index built from the frame headers, seeking to any time (the keyframe before it, then the
-deltas up to it), events, and copying a time window into a file of its own (an incident's recording).
-The byte format is ``recfile``; the frame JSON is ``frames``; docs/recording.md describes both.
+"""Reading recordings (``verltop replay``, an incident's window): an index built from the frame headers of
+one file or of a watch's segment files, seeking to any time (the keyframe before it, then the deltas up to
+it), events, and copying a time window into a file of its own. The byte format is ``recording_format``; the
+frame JSON is ``frames``; docs/recording.md describes both.
 """
 
 from __future__ import annotations
 
 import bisect
 import os
-import socket
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from verltop.engine import recfile as rf
-from verltop.engine.frames import DeltaEncoder, SnapshotState
-from verltop.engine.recfile import FrameRef, RecordingError
+from verltop.engine import recording_format as rf
+from verltop.engine.frames import SnapshotState
+from verltop.engine.recording_format import INCIDENT_FILE, SEGMENTS, SUFFIX, FrameRef, RecordingError
 from verltop.model import Snapshot
-from verltop.text.cells import utc_stamp
-
-SUFFIX = ".vtr"
-SEGMENTS = "recording"  # the segment directory inside a watch directory
-INCIDENT_FILE = "recording.vtr"  # an incident directory's window of the recording
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """How a recording is cut and bounded. ``keep_s``/``max_bytes`` apply to segmented recordings."""
-
-    keyframe_s: float = 120.0  # a whole snapshot at least this often (seeking decodes at most this much)
-    segment_s: float = 3600.0
-    segment_bytes: int = 64 << 20
-    keep_s: float | None = None  # segments whose last write is older are deleted
-    max_bytes: int | None = None  # oldest segments are deleted while all of them weigh more
-    fsync_s: float = 30.0  # against power loss; a killed writer loses at most the frame being written
-
-
-def base_meta(source: str, address: str, **extra: Any) -> dict[str, Any]:
-    """What a recording says about itself (the caller adds ``"verltop"``: its version)."""
-    return {"source": source, "address": address, "host": socket.gethostname(), "started_at": time.time(), **extra}
-
-
-class RecordingWriter:
-    """Appends snapshots and events. One thread writes (the engine's ``Recorder``)."""
-
-    def __init__(self, path: str | Path, meta: dict[str, Any], limits: Limits | None = None,
-                 segmented: bool = False, clock: Callable[[], float] = time.time) -> None:
-        self.path = Path(path)
-        self.meta = meta
-        self.limits = limits or Limits()
-        self.segmented = segmented
-        self.clock = clock
-        self.file: rf.FrameFile | None = None
-        self.enc = DeltaEncoder()
-        self._last_key = float("-inf")
-        self._last_sync = time.monotonic()
-        self.bytes_written = 0
-        self.frames_written = 0
-        self.keyframes_written = 0
-        self.deleted: list[str] = []  # segments pruned (the caller logs them)
-        if segmented:
-            self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        elif self.path.exists():
-            raise FileExistsError(f"{self.path} exists")
-
-    def _open(self, t: float) -> rf.FrameFile:
-        if self.file is not None:
-            lim = self.limits
-            if not self.segmented or (t - self.file.first_t < lim.segment_s and self.file.size < lim.segment_bytes):
-                return self.file
-            self.file.close()
-            self.file = None
-        if self.segmented:
-            stamp = utc_stamp(t)
-            p, n = self.path / f"rec-{stamp}{SUFFIX}", 1
-            while p.exists():
-                n += 1
-                p = self.path / f"rec-{stamp}-{n}{SUFFIX}"
-        else:
-            p = self.path
-        self.file = rf.FrameFile(str(p), self.meta, t)
-        self.enc.reset()  # a file never depends on another: it starts with a keyframe
-        if self.segmented:
-            self.prune()
-        return self.file
-
-    def snapshot(self, s: Snapshot) -> int:
-        """Write one snapshot (a keyframe every ``keyframe_s``, else a delta). Returns the bytes written."""
-        f = self._open(s.taken_at)
-        key = s.taken_at - self._last_key >= self.limits.keyframe_s or self.enc.prev is None
-        is_key, frame = self.enc.encode(s, key)
-        if is_key:
-            self._last_key = s.taken_at
-            self.keyframes_written += 1
-        n = f.append(s.taken_at, rf.KEY if is_key else rf.DELTA, frame)
-        self._wrote(n)
-        return n
-
-    def event(self, t: float, sub: int, data: dict[str, Any]) -> int:
-        """A dump (``rf.DUMP``), an incident (``rf.INCIDENT``) or a status change (``rf.STATUS``)."""
-        n = self._open(t).append(t, rf.EVENT, data, sub)
-        self._wrote(n)
-        return n
-
-    def _wrote(self, n: int) -> None:
-        self.bytes_written += n
-        self.frames_written += 1
-        if time.monotonic() - self._last_sync > self.limits.fsync_s and self.file is not None:
-            self._last_sync = time.monotonic()
-            self.file.sync()
-            if self.segmented:
-                self.prune()
-
-    def prune(self) -> list[str]:
-        """Delete the oldest segments beyond ``keep_s`` or ``max_bytes`` (never the one being written)."""
-        lim = self.limits
-        if not self.segmented or (lim.keep_s is None and lim.max_bytes is None):
-            return []
-        cur = self.file.path if self.file else None
-        segs = []
-        for p in sorted(self.path.glob(f"rec-*{SUFFIX}")):
-            try:
-                st = p.stat()
-            except OSError:
-                continue
-            segs.append((p, st.st_size, st.st_mtime))
-        total = sum(s for _, s, _ in segs)
-        now = self.clock()
-        gone = []
-        for p, size, mtime in segs:
-            if str(p) == cur:
-                break
-            old = lim.keep_s is not None and mtime < now - lim.keep_s
-            big = lim.max_bytes is not None and total > lim.max_bytes
-            if not (old or big):
-                break
-            try:
-                p.unlink()
-            except OSError:
-                continue
-            total -= size
-            gone.append(p.name)
-        self.deleted += gone
-        return gone
-
-    def close(self) -> None:
-        if self.file is not None:
-            self.file.close()
-            self.file = None
-
-
-# ---------------------------------------------------------------- reading
 
 
 def recording_files(path: str | Path, since: float | None = None) -> list[Path]:

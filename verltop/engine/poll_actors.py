@@ -1,0 +1,55 @@
+"""The actor list: cheap state rows every poll, the detail rows when something changed."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+
+from verltop.engine.polling import DETAIL_REFRESH_S, PollState
+from verltop.model import RawActor
+from verltop.sources import dashboard as D
+
+log = logging.getLogger("verltop.engine")
+
+
+class ActorPolls(PollState):
+    """The actors source."""
+
+    async def _poll_actors(self) -> None:
+        """Base columns every cycle; the heavier detail rows (rank env, death cause) when an actor is new,
+        changed state, or every ``DETAIL_REFRESH_S``."""
+        now = time.time()
+        detail = self._actor_detail_at is None or now - self._actor_detail_at > DETAIL_REFRESH_S
+        if not detail:
+            basic = await D.fetch_actor_states(self.client, self.iv.timeout_s)
+            if not basic.ok:
+                self._record(self.src.actors, basic)
+                return
+            cache = self._actor_cache
+            rows = basic.value or []
+            # a new pid means a restart: the detail rows carry the restart count
+            if any(aid not in cache or cache[aid].state != st or (pid and cache[aid].pid != pid)
+                   for aid, st, pid, _ in rows):
+                detail = True
+            elif basic.unchanged and self.src.actors.value is not None:
+                self._record(self.src.actors, replace(basic, value=self.src.actors.value))
+                return
+            else:
+                # unchanged actors keep their (detail) objects: cheaper, and caches keyed on them stay warm
+                r = replace(basic, value=[_same_or_updated(cache[aid], pid, node) for aid, _, pid, node in rows])
+        if detail:
+            r = await D.fetch_actors(self.client, self.iv.timeout_s, detail=True)
+        if self._record(self.src.actors, r):
+            if detail:
+                self._actor_cache = {a.actor_id: a for a in r.value or []}
+                self._actor_detail_at = r.taken_at
+            self.truncated = r.truncated
+            await self._hist_ready()
+            self.hist.forget_actors({a.actor_id for a in r.value or []})
+
+
+def _same_or_updated(cached: RawActor, pid: int | None, node_id: str | None) -> RawActor:
+    if cached.pid == pid and cached.node_id == node_id:
+        return cached
+    return replace(cached, pid=pid, node_id=node_id)

@@ -1,0 +1,84 @@
+"""Running tasks (their start times estimated between detail reads) and tasks waiting to run."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+
+from verltop.analysis.snapshot_build import running_task_rows
+from verltop.engine.polling import DETAIL_REFRESH_S, PollState
+from verltop.sources import dashboard as D
+
+log = logging.getLogger("verltop.engine")
+
+
+class TaskPolls(PollState):
+    """The running and waiting tasks."""
+
+    async def _poll_tasks(self) -> None:
+        """Running tasks. Start times need the detail rows (3x the bytes): they are read when unknown tasks
+        appear and at most every ``DETAIL_REFRESH_S / 3``; until then a new task's start is estimated as
+        the middle of the poll interval it appeared in."""
+        now = time.time()
+        starts = self._task_starts
+        since = now - (self._task_detail_at or 0)
+        r = await D.fetch_running_tasks(self.client, self.iv.timeout_s, detail=self._task_detail_at is None)
+        detailed = self._task_detail_at is None
+        if r.ok and not detailed:
+            unknown = [t for t in r.value or [] if t.task_id not in starts]
+            if unknown and since > DETAIL_REFRESH_S / 3:
+                r = await D.fetch_running_tasks(self.client, self.iv.timeout_s, detail=True)
+                detailed = True
+        if not self._record(self.src.tasks, r):
+            return
+        if r.unchanged and not detailed:
+            self.src.tasks.value = list(self._task_objs.values())
+            self._last_task_poll = r.taken_at
+            await self._hist_ready()
+            self.timeline.tracker.polled(r.taken_at)  # nothing started or ended up to now
+            self.timeline.maybe_refine(self._actor_map, self._hist_ready)  # a step stuck this long?
+            return
+        rows = r.value or []
+        if detailed:
+            self._task_detail_at = r.taken_at
+            starts.clear()
+            starts.update({t.task_id: t.start_time_ms for t in rows if t.start_time_ms})
+        prev = self._last_task_poll or r.taken_at
+        guess = (prev + r.taken_at) / 2 * 1000
+        fixed = []
+        objs = self._task_objs
+        for t in rows:
+            if t.start_time_ms is None:
+                if t.task_id not in starts:
+                    starts[t.task_id] = guess
+                old = objs.get(t.task_id)
+                # the same task as last poll keeps its object (no copy per task per poll)
+                if old is not None and old.worker_pid == t.worker_pid and old.start_time_ms == starts[t.task_id]:
+                    t = old
+                else:
+                    t = replace(t, start_time_ms=starts[t.task_id])
+            fixed.append(t)
+        live = {t.task_id for t in rows}
+        for k in [k for k in starts if k not in live]:
+            del starts[k]
+        self._task_objs = {t.task_id: t for t in fixed}
+        self._last_task_poll = r.taken_at
+        self.src.tasks.value = fixed
+        actors = {a.actor_id: a for a in (self.src.actors.value or [])}
+        await self._hist_ready()
+        self.hist.observe(running_task_rows(tuple(fixed), actors), r.taken_at, complete=r.truncated is None)
+        self.timeline.observe(fixed, actors, r.taken_at, complete=r.truncated is None)
+        self.work.note(fixed, actors)
+        self.timeline.maybe_refine(self._actor_map, self._hist_ready)
+
+    async def _poll_waiting(self) -> None:
+        """Tasks submitted and not yet running (their count per group; retries among them)."""
+        r = await D.fetch_waiting_tasks(self.client, self.iv.timeout_s)
+        if not r.ok:
+            return  # the running-task poll reports the dashboard's problems; this one only adds detail
+        if r.unchanged:
+            return
+        self.waiting = r.value or []
+        self.work.note(self.waiting, self._actor_map())
+        self._dirty.set()

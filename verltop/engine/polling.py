@@ -1,0 +1,177 @@
+"""The state the monitor's pollers share, each source's ``SourceState`` and the poll intervals."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from verltop.analysis.history import TaskHistory
+from verltop.analysis.snapshot_build import ClusterData
+from verltop.analysis.stalls import StallSettings
+from verltop.engine.base import Engine
+from verltop.engine.pending import PendingWatch
+from verltop.engine.timeline import Timeline, TrendStore, Work
+from verltop.engine.trees import RemoteTrees
+from verltop.model import ActorRow, Node, Problem, RasReport, RawActor, RawTask, Snapshot, SourceStatus
+from verltop.sources import dashboard as D
+from verltop.sources.config import Endpoint
+from verltop.sources.http import DashboardClient
+from verltop.sources.local import LocalSampler, local_addresses
+
+DETAIL_REFRESH_S = 30.0  # detail rows are re-read at least this often
+ROLES_EVERY_S = 15.0  # how often groups whose roles are unknown are looked up
+FIRST_FRAME_GRACE_S = 1.0  # the first snapshot waits this long at most for sources slower than the actors
+
+
+@dataclass(frozen=True, slots=True)
+class Intervals:
+    actors_s: float = 2.0
+    tasks_s: float = 2.0
+    # The dashboard's node agents report every 5 s (REPORTER_UPDATE_INTERVAL_MS): nodes whose actors are
+    # on screen are read every 5 s (/nodes/{id}: GPUs and per-worker CPU/RSS, ~0.1 MB); the all-node
+    # summary (2.4 MB on 128 nodes) only feeds the header totals and rows off screen, every 15 s.
+    nodes_s: float = 15.0
+    node_detail_s: float = 5.0
+    local_s: float = 1.0
+    timeout_s: float = 10.0
+    max_node_details: int = 8  # remote /nodes/{id} calls per cycle
+    waiting_s: float = 5.0  # tasks waiting to run (per group, with retries)
+    # process trees of other nodes (through a probe): only nodes asked about, while on screen
+    trees_s: float = 10.0
+
+    @classmethod
+    def every(cls, interval_s: float, timeout_s: float = 10.0) -> Intervals:
+        """Intervals for a user's ``--interval`` (node reads never faster than the agents report)."""
+        return cls(actors_s=interval_s, tasks_s=interval_s, nodes_s=max(interval_s, 15.0),
+                   node_detail_s=max(interval_s, 5.0), timeout_s=timeout_s)
+
+
+@dataclass(slots=True)
+class SourceState:
+    name: str
+    interval_s: float = 2.0
+    value: Any = None
+    ok_at: float | None = None
+    error: Problem | None = None
+    tries: int = 0
+    backoff_s: float = 0.0
+
+    def status(self, now: float) -> SourceStatus:
+        return SourceStatus(self.name, None if self.ok_at is None else max(0.0, now - self.ok_at), self.error,
+                            stale_after_s=2 * self.interval_s + 3.0)
+
+
+@dataclass(slots=True)
+class _Sources:
+    actors: SourceState = field(default_factory=lambda: SourceState("actors"))
+    tasks: SourceState = field(default_factory=lambda: SourceState("tasks"))
+    nodes: SourceState = field(default_factory=lambda: SourceState("nodes"))
+    local: SourceState = field(default_factory=lambda: SourceState("local"))
+    engine: SourceState = field(default_factory=lambda: SourceState("engine"))  # verltop's own helper polls
+
+    def all(self) -> list[SourceState]:
+        return [self.actors, self.tasks, self.nodes, self.local, self.engine]
+
+
+class PollState(Engine):
+    """What the monitor's pollers share: the sources' last values, the task history they feed, and the
+    event that tells the publisher something changed. Each poller (``poll_*.py``) is a mixin over it."""
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        intervals: Intervals | None = None,
+        stall: StallSettings | None = None,
+        use_local: bool = True,
+        use_nvml: bool = True,
+        transport: str = "aiohttp",
+        clock: Callable[[], float] = time.time,
+        ras_addrs: tuple[str, ...] = (),
+        timeline: bool = True,
+    ) -> None:
+        super().__init__(clock)
+        self.endpoint = endpoint
+        self.address = endpoint.address
+        self.iv = intervals or Intervals()
+        self.stall = stall or StallSettings()
+        self.client = DashboardClient(endpoint, transport=transport)
+        self.hist = TaskHistory()
+        self.src = _Sources()
+        for st, iv in ((self.src.actors, self.iv.actors_s), (self.src.tasks, self.iv.tasks_s),
+                       (self.src.nodes, self.iv.nodes_s), (self.src.local, self.iv.local_s)):
+            st.interval_s = iv
+        self.node_details: dict[str, Node] = {}
+        self.pending = PendingWatch(self.client, SourceState("pending", interval_s=max(self.iv.nodes_s, 15.0)),
+                                    self.iv.timeout_s)
+        self.use_local = use_local
+        self.sampler = LocalSampler(use_nvml=use_nvml) if use_local else None
+        self._local_addrs = local_addresses(fqdn=False) if use_local else set()
+        self._tasks: list[asyncio.Task] = []
+        self.remote = RemoteTrees(interval_s=self.iv.trees_s)
+        self._detail_cursor = 0
+        self.truncated: str | None = None
+        self.seeded = False
+        self._actor_cache: dict[str, RawActor] = {}
+        self._actor_detail_at: float | None = None
+        self._task_starts: dict[str, float] = {}
+        self._task_objs: dict[str, RawTask] = {}
+        self._task_detail_at: float | None = None
+        self._last_task_poll: float | None = None
+        self._focus: dict[str, None] = {}  # node ids on screen, top first
+        self._internal: dict[str, Problem] = {}  # helper polls that failed with a bug, until they succeed
+        self._hist_free = asyncio.Event()
+        self._hist_free.set()
+        self._dirty = asyncio.Event()  # a poll brought something new
+        self._dirty.set()
+        self._last_build = 0.0
+        self.snapshots_built = 0
+        self.last_build_ms = 0.0
+        self.ras_addrs = ras_addrs  # NCCL RAS addresses given by the user (else from the ranks' runtime env)
+        self.ras: RasReport | None = None
+        self.ras_problems: list[Problem] = []
+        self.timeline = Timeline(self.client, self.iv.timeout_s, enabled=timeline)
+        self.trends = TrendStore()
+        self.work = Work()
+        self.waiting: list[RawTask] = []  # tasks submitted and not running (per-group counts)
+
+    def _record(self, st: SourceState, r: D.Result) -> bool:
+        st.tries += 1
+        if not r.unchanged or st.error is not None:
+            self._dirty.set()
+        if r.ok:
+            st.value = r.value
+            st.ok_at = r.taken_at
+            st.error = None
+            st.backoff_s = 0.0
+            return True
+        st.error = r.error
+        if r.retry_after_s:
+            st.backoff_s = r.retry_after_s
+        else:
+            # a dashboard that is down is retried at a calm pace, not hammered
+            st.backoff_s = min(10.0, max(2.0, st.backoff_s * 2 or 2.0))
+        return False
+
+    def _actor_map(self) -> dict[str, RawActor]:
+        return {a.actor_id: a for a in (self.src.actors.value or [])}
+
+    def _actors_on(self, node_ids: frozenset[str] | set[str]) -> list[RawActor]:
+        return [a for a in (self.src.actors.value or []) if a.node_id in node_ids and a.state == "ALIVE"]
+
+    def _known_nodes(self) -> set[str]:
+        return {n.node_id for n in (self.src.nodes.value or [])} | {a.node_id or "" for a in (self.src.actors.value or [])}
+
+    async def _hist_ready(self) -> None:
+        await self._hist_free.wait()
+
+    if TYPE_CHECKING:  # provided by the other mixins and Monitor
+        def local_node_ids(self) -> frozenset[str]: ...
+        def candidate_local_ids(self) -> frozenset[str]: ...
+        def snapshot(self, now: float | None = None) -> Snapshot: ...
+        def data(self, now: float | None = None) -> ClusterData: ...
+        def ras_addresses(self, actors: tuple[ActorRow, ...] | list[ActorRow], gpu_host: bool = False
+                          ) -> list[tuple[str, int]]: ...
+        async def _guarded(self, fn: Callable, st: SourceState | None) -> None: ...

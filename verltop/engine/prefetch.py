@@ -1,0 +1,33 @@
+"""What a one-shot command reads first, declared by the engine and sent before the engine is imported.
+
+``verltop dump`` starts fast on purpose: its reads go out from threads while the engine is still being
+imported, and the dashboard client takes the answers when the engine asks for the same reads. This module
+is the light entry for that; it imports only ``sources.reads``, ``sources.wire`` and ``sources.config``
+(the engine package's ``__init__`` is lazy), and ``DumpJob`` reads with the timeouts declared here, so a
+prefetched read is the very one the dump makes.
+"""
+
+from __future__ import annotations
+
+from verltop.sources import reads, wire
+from verltop.sources.config import Endpoint
+
+WAIT_GRAPH_TIMEOUT_S = 5.0  # the dump's wait-graph reads: bounded, the chains can do without them
+JOBS_TIMEOUT_S = 10.0  # the drivers of a whole-job dump
+
+
+def dump_reads(timeout_s: float, whole_job: bool) -> list[reads.Read]:
+    """``dump``'s reads: actors, nodes, running tasks, node stats, the wait graph; the jobs' drivers when
+    the whole job is dumped (not one worker group)."""
+    wanted = [reads.actors(timeout_s, True), reads.nodes(timeout_s), reads.running_tasks(timeout_s, True),
+              reads.nodes_summary(), reads.running_tasks(WAIT_GRAPH_TIMEOUT_S, False),
+              reads.pending_refs(WAIT_GRAPH_TIMEOUT_S)]
+    if whole_job:
+        wanted.append(reads.jobs(JOBS_TIMEOUT_S))
+    return wanted
+
+
+def prefetch_dump(endpoint: Endpoint, timeout_s: float, whole_job: bool) -> wire.Prefetch:
+    """Send ``dump``'s reads now; pass the result to ``oneshot.monitor`` for the engine to take them."""
+    return wire.Prefetch(endpoint.address, wire.headers(endpoint.token), dump_reads(timeout_s, whole_job),
+                         timeout_s + 2)
