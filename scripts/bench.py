@@ -23,17 +23,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from scripts.net import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 BIN = Path(PY).parent
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class FakeServer:

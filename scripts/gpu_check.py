@@ -47,12 +47,13 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from scripts.net import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 VERLTOP = [sys.executable, "-m", "verltop"]
@@ -75,12 +76,6 @@ def count_gpus() -> int:
     except (OSError, subprocess.TimeoutExpired):
         return 0
     return sum(1 for line in out.splitlines() if line.startswith("GPU "))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Checks:

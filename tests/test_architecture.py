@@ -166,3 +166,9 @@ def test_dump_sends_its_first_reads_before_importing_the_engine():
     assert ast.literal_eval(out) == ["verltop.cli", "verltop.cli_watch", "verltop.engine", "verltop.engine.prefetch",
                          "verltop.logsetup", "verltop.sources", "verltop.sources.config", "verltop.sources.reads",
                          "verltop.sources.wire"]
+
+
+def test_no_module_over_600_lines():
+    """Small rooms: a module past 600 lines holds several jobs; split it by what each part holds."""
+    big = {str(f.relative_to(PKG.parent)): n for f in PKG.rglob("*.py") if (n := len(f.read_text().splitlines())) > 600}
+    assert not big, big

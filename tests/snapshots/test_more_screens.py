@@ -31,6 +31,7 @@ from tests.snapshots.test_snapshots import (
     make_app,
 )
 from tests.ui.test_process_rows import OneSnapshot
+from tests.wait import pilot_wait
 from verltop.analysis.doctor import build_report
 from verltop.analysis.history import TaskHistory
 from verltop.analysis.snapshot_build import ClusterData, build_snapshot
@@ -57,11 +58,7 @@ def utc(monkeypatch):
 
 
 async def settle(pilot, cond, what: str, timeout: float = 10.0) -> None:
-    for _ in range(int(timeout / 0.05)):
-        if cond():
-            return
-        await pilot.pause(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+    await pilot_wait(pilot, cond, timeout, what, step=0.05)
 
 
 # ---------------------------------------------------------------- the step timeline (t)
