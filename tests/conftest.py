@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -31,9 +32,20 @@ def replay():
 _FIXED_PORT_MODULES = ("test_snapshots.py", "test_more_screens.py")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups into the test ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for it in items:
         if it.get_closest_marker("ray") is not None:
             it.add_marker(pytest.mark.xdist_group("clusters"))
         elif Path(str(it.path)).name in _FIXED_PORT_MODULES:
             it.add_marker(pytest.mark.xdist_group("fixed-ports"))
+
+
+@pytest.fixture(autouse=True)
+def _no_stray_ray_cluster(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests on synthetic dashboards must not reach a real Ray cluster that runs on this machine meanwhile
+    (the other worker's): a probe would ray.init into it with address="auto" and wait for nodes it does not
+    have. A GCS address where nothing listens makes a probe fail at once, as on a machine without Ray;
+    RAY_ADDRESS is not an http(s) URL, so the dashboard address is unaffected."""
+    if request.node.get_closest_marker("ray") is None and "RAY_ADDRESS" not in os.environ:
+        monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
