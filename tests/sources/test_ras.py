@@ -21,6 +21,7 @@ from verltop.model import Problem, ProcessDump
 from verltop.sources import ras
 from verltop.sources.pyspy import parse_json
 from verltop.text.stalls import stall_reason, stall_tag
+from verltop.text.suspects import suspect_reason
 
 FIX = Path(__file__).parents[1] / "fixtures" / "ras"
 RUN1, RUN2 = FIX / "run1", FIX / "run2"
@@ -164,12 +165,12 @@ def test_dump_suspects_and_notes_include_ras():
     rows, samples = _straggler_ranks()
     rep = analyse(rows, samples, time.time(), ras=report("default_hang10_status_json.out"))
     top = rep.suspects[0]
-    assert top.actor_id == "a1" and "NCCL RAS" in top.reason and "issued 5 AllReduce, its peers 6" in top.reason
+    assert top.actor_id == "a1" and "NCCL RAS" in suspect_reason(top) and "issued 5 AllReduce, its peers 6" in suspect_reason(top)
     assert not any(s.actor_id == "a0" for s in rep.suspects)  # rank 0 is in the collective: not a suspect
     assert any(n.startswith("NCCL RAS, communicator 5719f456") for n in rep.notes)
     # without RAS the stacks alone still name rank 1; with it, both reasons are on the line
     plain = analyse(rows, samples, time.time())
-    assert plain.suspects[0].actor_id == "a1" and plain.suspects[0].reason in top.reason
+    assert plain.suspects[0].actor_id == "a1" and suspect_reason(plain.suspects[0]) in suspect_reason(top)
 
 
 def test_ras_stall_on_the_lagging_rank():

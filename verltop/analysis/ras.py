@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from verltop.model import ActorRow, RankDump, RasComm, RasRank, RasReport, Stall, Suspect
+from verltop.model import ActorRow, RankDump, RasComm, RasRank, RasReport, Stall, Suspect, SuspectWhy
 
 # RAS's collective type names → torch.distributed's
 OP_NAMES = {"AllReduce": "all_reduce", "AllGather": "all_gather", "ReduceScatter": "reduce_scatter",
@@ -131,7 +131,7 @@ def suspects(found: list[RasFinding], ranks: list[RankDump]) -> list[Suspect]:
             continue
         seen[a.actor_id] += 1
         score = {"behind": 95, "mismatch": 80}.get(f.kind, 85)
-        out.append(Suspect(a.actor_id, a.worker_group, a.rank, f.text, score, pid=a.pid))
+        out.append(Suspect(a.actor_id, a.worker_group, a.rank, (SuspectWhy("ras", text=f.text),), score, pid=a.pid))
     return out
 
 

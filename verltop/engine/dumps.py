@@ -40,7 +40,6 @@ from verltop.sources.local import process_title
 from verltop.sources.pyspy import DumpOptions
 from verltop.sources.stacks import StackCapture, Target
 from verltop.sources.watchdog import TAIL_LINES, fetch_watchdog, parse_watchdog
-from verltop.text.pending import not_placed
 
 log = logging.getLogger("verltop.dump")
 
@@ -225,8 +224,7 @@ class DumpJob:
     def _analyse(self) -> DumpReport:
         return analyse([*self.targets, *self.drivers], self.samples, self.clock(), self.collectives,
                        native=self.native_used, notes=self.notes, children=self.children, deaths=self.deaths,
-                       tasks=self.tasks, refs=self.refs, ras=self.ras, pending=self.pending,
-                       not_placed=not_placed)
+                       tasks=self.tasks, refs=self.refs, ras=self.ras, pending=self.pending)
 
     async def _wait_graph(self) -> tuple[list[RawTask], list[RawObjectRef]]:
         """Running tasks (with their parents) and pending object references: who waits on whom."""

@@ -42,12 +42,17 @@ from verltop.model.stacks import (
     CollectiveInfo,
     Death,
     DumpReport,
+    EndWhy,
+    Fate,
     Frame,
+    Peers,
     ProcessDump,
     RankDump,
     StackGroup,
     Suspect,
+    SuspectWhy,
     ThreadStack,
+    Where,
 )
 from verltop.model.steps import PHASES, GroupWork, PhaseRun, Step
 
@@ -67,6 +72,8 @@ __all__ = [
     "DoctorNode",
     "DoctorReport",
     "DumpReport",
+    "EndWhy",
+    "Fate",
     "Finding",
     "FrEntry",
     "FrRank",
@@ -76,6 +83,7 @@ __all__ = [
     "Mismatch",
     "Node",
     "NodeLoad",
+    "Peers",
     "PendingItem",
     "PhaseRun",
     "Problem",
@@ -100,5 +108,7 @@ __all__ = [
     "Stall",
     "Step",
     "Suspect",
+    "SuspectWhy",
     "ThreadStack",
+    "Where",
 ]
