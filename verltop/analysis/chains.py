@@ -200,9 +200,9 @@ def _end(g: Graph, key: str) -> ChainEnd:
     return ChainEnd(r.actor.pid, r.process, a.frame, end_why(r, a))
 
 
-# what each kind of wait is called in an EndWhy (the same kinds but zmq, which Activity calls ipc)
-END_KINDS = {"busy": "own_code", "http": "http", "children": "children", "ipc": "zmq", "ray_wait": "ray_wait",
-             "collective": "collective"}
+# an Activity's kind → the EndWhy kind of a chain that ends in it (any other: idle)
+END_KINDS = {"busy": "own_code", "http": "http", "children": "children", "ipc": "zmq", "ray_wait": "not_dumped",
+             "collective": "peers"}
 
 
 def end_why(r: RankDump, a: Activity) -> EndWhy:

@@ -164,7 +164,7 @@ def find_suspects(ranks: list[RankDump]) -> list[Suspect]:
                                       frame=controller_waits.blocked_on.frame), 60)
         via = controller_waits.blocked_on.frame if controller_waits.blocked_on else None
         out = [s if s.why[0].kind == "controller" else
-               replace(s, why=(replace(s.why[0], via_controller=True, controller_at=via),)) for s in out]
+               replace(s, why=(replace(s.why[0], controller_waits=True, controller_at=via),)) for s in out]
     # one line per process: keep its strongest reason
     best: dict[tuple[str, int | None], Suspect] = {}
     for s in out:

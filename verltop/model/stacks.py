@@ -120,8 +120,9 @@ class RankDump:
 class EndWhy:
     """Why a wait chain stops at a process: it waits on nothing a dump can see."""
 
-    # dead | unreadable | own_code | http | children | zmq | ray_wait | collective | idle
-    # | not_placed (a ray.get on workers that do not exist yet) | said (a sentence an older verltop recorded)
+    # dead | unreadable (no stack) | own_code | http | children (none dumped or at work) | zmq
+    # | not_dumped (a ray.get on tasks no dumped process runs) | peers (a collective none of its peers is outside)
+    # | idle | not_placed (a ray.get on workers that do not exist yet) | said (a sentence an older verltop wrote)
     kind: str
     frame: str | None = None  # where it waits (``file:line func``)
     what: str | None = None  # what it waits in (``ray.get``, ``all_reduce #5``, ``recv_multipart``)
@@ -174,7 +175,8 @@ class SuspectWhy:
     # controller: the controller waits in ray.get at ``frame``; its peers finished, it is ``where``
     # tp: a TP worker (``process``) not in ``ops`` with its TP peers of ``owner`` (children of ``pid``)
     # chain_end: the end of ``chain`` | not_placed: ``pending`` (``role`` waits on it in ``op`` at ``frame``)
-    # ras: what NCCL RAS says (``text``) | said: a sentence an older verltop recorded (``text``)
+    # ras: what NCCL RAS says (``text``, worded by analysis/ras.py as the dump's notes are)
+    # | said: a sentence an older verltop recorded (``text``)
     kind: str
     group: str | None = None  # the worker group
     op: str | None = None
@@ -186,11 +188,11 @@ class SuspectWhy:
     after: tuple[Fate, ...] = ()  # died_first: the ranks that died after it
     after_peers: Peers | None = None
     timed_out: Peers | None = None  # not_in / not_seen: the ranks NCCL's watchdog killed in ``op``
-    seq: int | None = None  # not_in: the collective its peers are in (NCCL's count) ...
+    seq: int | None = None  # not_in: the collective its peers reached and it never did (NCCL's count) ...
     enqueued: int | None = None  # ... and the last one it enqueued
     frame: str | None = None
-    controller_at: str | None = None  # the controller waits on it in ray.get at this frame
-    via_controller: bool = False  # ``controller_at`` is said
+    controller_waits: bool = False  # the controller waits on it in ray.get (at ``controller_at``)
+    controller_at: str | None = None
     process: str | None = None
     owner: str | None = None
     pid: int | None = None

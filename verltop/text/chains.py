@@ -46,9 +46,9 @@ def why_text(w: EndWhy) -> str:
         return f"waits on its child processes {at}, none of which was dumped or is at work"
     if w.kind == "zmq":
         return f"waits on another process over zmq {at}{moved_text(w.stuck)}"
-    if w.kind == "ray_wait":
+    if w.kind == "not_dumped":
         return f"waits in {w.what} at {w.frame} on tasks that were not dumped"
-    if w.kind == "collective":
+    if w.kind == "peers":
         return f"waits in {w.what} at {w.frame} with its peers; none of them is outside it"
     if w.kind == "not_placed" and w.pending is not None:
         return (f"waits in {w.what or 'ray.get'} at {w.frame or '?'} on workers that do not exist yet: "
