@@ -104,7 +104,7 @@ def analyse(
     by ``child_key``), wait chains from the running ``tasks`` and pending ``refs``, and the suspects.
     ``pending``: the snapshot's unplaced placement groups (a wait on workers that do not exist ends there).
     ``ras``: NCCL RAS's view of the communicators at dump time (its lagging and missing ranks become suspects
-    too, and its findings notes)."""
+    too; the caller adds its findings to ``notes`` in words: ``verltop.text.ras.ras_notes``)."""
     collectives = collectives or {}
     deaths = deaths or {}
     ranks = [analyse_rank(a, samples.get(a.actor_id, []), collectives.get(a.actor_id), death=deaths.get(a.actor_id))
@@ -127,7 +127,6 @@ def analyse(
     n_samples = max((len(v) for v in samples.values()), default=0)
     found = RAS.findings(ras) if ras is not None else []
     if found:
-        notes = tuple(dict.fromkeys((*notes, *RAS.summary(found))))
         suspects = with_ras(suspects, RAS.suspects(found, ranks))
     return DumpReport(
         taken_at=taken_at,

@@ -40,6 +40,7 @@ from verltop.sources.local import process_title
 from verltop.sources.pyspy import DumpOptions
 from verltop.sources.stacks import StackCapture, Target
 from verltop.sources.watchdog import TAIL_LINES, fetch_watchdog, parse_watchdog
+from verltop.text.ras import ras_notes
 
 log = logging.getLogger("verltop.dump")
 
@@ -222,8 +223,9 @@ class DumpJob:
         return self.report
 
     def _analyse(self) -> DumpReport:
+        notes = tuple(dict.fromkeys((*self.notes, *ras_notes(self.ras))))  # what RAS found, in words
         return analyse([*self.targets, *self.drivers], self.samples, self.clock(), self.collectives,
-                       native=self.native_used, notes=self.notes, children=self.children, deaths=self.deaths,
+                       native=self.native_used, notes=notes, children=self.children, deaths=self.deaths,
                        tasks=self.tasks, refs=self.refs, ras=self.ras, pending=self.pending)
 
     async def _wait_graph(self) -> tuple[list[RawTask], list[RawObjectRef]]:

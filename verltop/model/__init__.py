@@ -19,7 +19,7 @@ from verltop.model.pending import (
     RawPlacementGroup,
 )
 from verltop.model.problems import Problem
-from verltop.model.ras import RasComm, RasRank, RasReport
+from verltop.model.ras import RasComm, RasFinding, RasRank, RasReport
 from verltop.model.raw import (
     Gpu,
     Node,
@@ -93,6 +93,7 @@ __all__ = [
     "ProcessDump",
     "RankDump",
     "RasComm",
+    "RasFinding",
     "RasRank",
     "RasReport",
     "RawActor",

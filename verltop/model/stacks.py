@@ -8,6 +8,7 @@ from typing import NamedTuple
 
 from verltop.model.pending import PendingItem
 from verltop.model.problems import Problem
+from verltop.model.ras import RasFinding
 from verltop.model.rows import ActorRow
 
 
@@ -175,8 +176,7 @@ class SuspectWhy:
     # controller: the controller waits in ray.get at ``frame``; its peers finished, it is ``where``
     # tp: a TP worker (``process``) not in ``ops`` with its TP peers of ``owner`` (children of ``pid``)
     # chain_end: the end of ``chain`` | not_placed: ``pending`` (``role`` waits on it in ``op`` at ``frame``)
-    # ras: what NCCL RAS says (``text``, worded by analysis/ras.py as the dump's notes are)
-    # | said: a sentence an older verltop recorded (``text``)
+    # ras: what NCCL RAS says of it (``finding``) | said: a sentence an older verltop recorded (``text``)
     kind: str
     group: str | None = None  # the worker group
     op: str | None = None
@@ -199,6 +199,7 @@ class SuspectWhy:
     role: str | None = None  # not_placed: who waits ("driver" | "controller")
     chain: Chain | None = None
     pending: PendingItem | None = None
+    finding: RasFinding | None = None
     text: str | None = None
 
 

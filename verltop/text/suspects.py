@@ -6,6 +6,7 @@ from verltop.analysis.merge import compact_ints
 from verltop.model import Fate, Peers, Suspect, SuspectWhy, Where
 from verltop.text.chains import chain_text, moved_text
 from verltop.text.pending import not_placed
+from verltop.text.ras import finding_text
 
 
 def suspect_reason(s: Suspect) -> str:
@@ -98,4 +99,6 @@ def _text(w: SuspectWhy) -> str:  # one sentence per kind
             return pg
         return (f"the {w.role} waits in {w.op or 'ray.get'} ({w.frame or '?'}) on workers that do not exist yet: "
                 f"{pg}")
-    return w.text or w.kind  # ras, said
+    if w.kind == "ras" and w.finding is not None:
+        return finding_text(w.finding)
+    return w.text or w.kind  # said
