@@ -3,7 +3,7 @@
 - ``model`` (a package by domain), ``convert``, ``codec``: plain data, number coercion and the model's full JSON
   round trip; they import nothing else of verltop.
 - ``sources``: fetch and parse only; the model and themselves; never textual or rich.
-- ``analysis``: pure; the model and itself (no text: it returns data); no I/O libraries.
+- ``analysis``: pure; the model and itself (no text: it returns data, reasons too); no I/O libraries.
 - ``text``: every sentence, cell and JSON view made from data; the model and analysis.
 - ``engine``: sources, analysis and text; never ui, textual or rich.
 - ``ui``: the engine, analysis and text; never a source, nor an I/O library.
@@ -83,6 +83,36 @@ def test_analysis_is_pure():
         for m in imports(f):
             assert allowed(m, (*BASE, "verltop.analysis")), (f, m)
             assert m.split(".")[0] not in (*IO_LIBS, "textual", "rich", "os", "time", "asyncio"), (f, m)
+
+
+# the model's "why" types: analysis fills them with facts, verltop.text says them
+REASONS = ("ChainEnd", "EndWhy", "Suspect", "SuspectWhy", "Where", "Fate", "Peers")
+
+
+def test_analysis_gives_reasons_as_data():
+    """No chain end or suspect is made in analysis with a sentence built there (an f-string or a ``+`` of
+    strings): its reasons are facts, put in words by ``verltop.text.chains`` and ``verltop.text.suspects``."""
+    for f in files("analysis"):
+        for node in ast.walk(ast.parse(f.read_text())):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in REASONS):
+                continue
+            for arg in (*node.args, *(k.value for k in node.keywords)):
+                built = [n for n in ast.walk(arg) if isinstance(n, ast.JoinedStr)
+                         or (isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Add, ast.Mod)))]
+                assert not built, f"{f.name}:{node.lineno}: {node.func.id}(...) is given a sentence"
+
+
+def _phrases(path: Path) -> set[str]:
+    """The string pieces of a module (f-strings' literal parts too) that are words, not identifiers."""
+    return {n.value.strip() for n in ast.walk(ast.parse(path.read_text()))
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and " " in n.value.strip()
+            and len(n.value.strip()) >= 12}
+
+
+def test_the_words_of_reasons_live_in_text_only():
+    said = set().union(*(_phrases(PKG / "text" / f"{m}.py") for m in ("chains", "suspects", "ras")))
+    for f in files("analysis"):
+        assert not _phrases(f) & said, (f, sorted(_phrases(f) & said))
 
 
 def test_text_is_made_from_the_model_and_analysis():

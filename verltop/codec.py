@@ -9,6 +9,8 @@ name, as the type hints of ``verltop.model`` say, and decodes by the same hints:
 - a field missing from the data (written by an older verltop) takes its default, else ``None`` when its
   type allows it; a field the model no longer has is ignored. So recordings survive fields being added
   and removed; renaming or changing the meaning of one needs a new recording format version.
+- a field whose form changed is brought up to date before decoding (``_OLD_FORMS``: a chain end's or a
+  suspect's reason, once a sentence, is now data; an old sentence is kept as a ``said`` reason).
 - fields equal to their declared default are left out (most of ``Problem.remedy``, ``ActorRow.stalls``).
 - named tuples (``Frame``) are written as lists, in field order: stacks hold thousands of them.
 """
@@ -154,8 +156,24 @@ def _optional(tp: Any) -> bool:
     return tp is Any or (typing.get_origin(tp) in (Union, types.UnionType) and type(None) in typing.get_args(tp))
 
 
+def _said(d: dict[str, Any], one: bool) -> dict[str, Any]:
+    """A reason an older verltop wrote as a sentence (``reason``), as the model now holds it (``why``)."""
+    if "reason" not in d or "why" in d:
+        return d
+    why = {"kind": "said", "text": d["reason"]}
+    return {k: v for k, v in d.items() if k != "reason"} | {"why": why if one else [why]}
+
+
+# older forms of a model class's data (module, class) → the function that brings them up to date
+_OLD_FORMS: dict[tuple[str, str], Callable[[dict[str, Any]], dict[str, Any]]] = {
+    ("verltop.model.stacks", "ChainEnd"): lambda d: _said(d, True),
+    ("verltop.model.stacks", "Suspect"): lambda d: _said(d, False),
+}
+
+
 def _dataclass_decoder(cls: type) -> Decoder:
     hints = typing.get_type_hints(cls)
+    upgrade = _OLD_FORMS.get((cls.__module__, cls.__name__))
     specs = []
     for f in dataclasses.fields(cls):
         if not f.init:
@@ -169,6 +187,8 @@ def _dataclass_decoder(cls: type) -> Decoder:
             return None
         if not isinstance(d, dict):
             _bad(d, cls)
+        if upgrade is not None:
+            d = upgrade(d)
         kw = {}
         for name, f, has_default, optional in specs:
             if name in d:

@@ -10,6 +10,8 @@ from tests.analysis.helpers import RAY_TAIL, controller_in_get, row, stack
 from verltop.analysis.chains import driver_task_id
 from verltop.analysis.dump import analyse
 from verltop.model import ChildProc, ProcessDump, RawObjectRef, RawTask, ThreadStack
+from verltop.text.chains import end_text
+from verltop.text.suspects import suspect_reason
 
 JOB = "01000000"
 AL, SRV, CTL = "a1" * 12 + JOB, "b2" * 12 + JOB, "c3" * 12 + JOB  # 32-hex actor ids
@@ -65,9 +67,9 @@ def test_chain_from_the_driver_through_an_async_actor_to_a_child():
         ("vllm_server_0_0", "vLLMHttpServer.generate", 30), ("vllm_server_0_0", "VLLM::Worker_TP1", 31)]
     assert c.path[0].actor_id is None
     assert (c.ends_in.pid, c.ends_in.process) == (31, "VLLM::Worker_TP1")
-    assert c.ends_in.reason.startswith("in its own code at default_loader.py:88 _load_weights; its stack did not move")
+    assert end_text(c.ends_in).startswith("in its own code at default_loader.py:88 _load_weights; its stack did not move")
     assert [(s.actor_id, s.pid) for s in rep.suspects] == [(SRV, 31)]
-    assert rep.suspects[0].reason.startswith("end of the wait chain driver (pid 5) → TaskRunner run → agent_loop_worker_0 "
+    assert suspect_reason(rep.suspects[0]).startswith("end of the wait chain driver (pid 5) → TaskRunner run → agent_loop_worker_0 "
                                              "generate_sequences → vllm_server_0_0 generate → VLLM::Worker_TP1:")
 
 
@@ -79,7 +81,7 @@ def test_pending_refs_give_the_edge_the_task_tree_lacks():
     busy = stack(("generate", "/app/server.py", 12), *RAY_TAIL)
     rep = analyse([al, srv], {AL: [idle_async()] * 2, SRV: [busy, busy]}, 0.0, tasks=[sgen], refs=[ref])
     (c,) = rep.chains
-    assert [h.pid for h in c.path] == [20, 30] and "server.py:12 generate" in c.ends_in.reason
+    assert [h.pid for h in c.path] == [20, 30] and "server.py:12 generate" in end_text(c.ends_in)
     assert [s.pid for s in rep.suspects] == [30]
 
 
@@ -91,5 +93,5 @@ def test_a_moving_end_is_no_suspect_and_idle_jobs_have_no_chain():
     b = stack(("score", "/app/r.py", 2), *RAY_TAIL)
     rep = analyse([ctl, al], {CTL: [controller_in_get()] * 2, AL: [a, b]}, 0.0, tasks=[run, gen])
     (c,) = rep.chains
-    assert "moves (slow, not hung)" in c.ends_in.reason and rep.suspects == ()
+    assert "moves (slow, not hung)" in end_text(c.ends_in) and rep.suspects == ()
     assert analyse([ctl, al], {CTL: [idle_async()], AL: [idle_async()]}, 0.0).chains == ()

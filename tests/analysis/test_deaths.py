@@ -21,6 +21,7 @@ from verltop.sources.pyspy import parse_json
 from verltop.sources.watchdog import parse_watchdog
 from verltop.text.contract import dump_json
 from verltop.text.dump import dump_text
+from verltop.text.suspects import suspect_reason
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 X2 = FIX / "real-gpu-run" / "x2-straggler"
@@ -96,7 +97,7 @@ def test_h200_post_mortem_dump_names_the_rank_that_never_reached_the_collective(
     deaths = {"a0": classify(cause, log0, coll["a0"])}
     rep = analyse([ctl, r0, r1], {"a1": [p1, p1], "ctl": [controller_in_get()] * 2}, 0.0, coll, deaths=deaths)
     assert [s.actor_id for s in rep.suspects] == ["a1"]
-    why = rep.suspects[0].reason
+    why = suspect_reason(rep.suspects[0])
     assert why.startswith("not in all_reduce with rank 0 of x2s (rank 0 timed out in it and died): it is in "
                           "actor_rollout_update_actor at device_gpu_job.py:153 WorkerDict.generate_sequences"), why
     assert "never reached collective #5 (its last enqueued work is #4)" in why
@@ -118,8 +119,8 @@ def test_dead_rank_whose_peers_failed_out_is_the_suspect():
                                                           "active": False, "frames": []}]))[0])
     rep = analyse([*rows, dead], {f"a{k}": [idle] for k in range(3)}, 0.0, deaths={"a3": classify(cause, None)})
     assert [s.actor_id for s in rep.suspects] == ["a3"]
-    assert rep.suspects[0].reason.startswith("DEAD (unknown: the worker process died and left no reason")
-    assert "ranks 0-2 of wg live on" in rep.suspects[0].reason
+    assert suspect_reason(rep.suspects[0]).startswith("DEAD (unknown: the worker process died and left no reason")
+    assert "ranks 0-2 of wg live on" in suspect_reason(rep.suspects[0])
 
 
 def test_dead_rank_with_peers_waiting_keeps_its_reason():
@@ -128,7 +129,7 @@ def test_dead_rank_with_peers_waiting_keeps_its_reason():
     rep = analyse([*rows, dead], {f"a{k}": [in_collective("all_reduce")] for k in range(3)}, 0.0,
                   deaths={"a3": Death("signal", "SIGSEGV (Fatal Python error: Segmentation fault)")})
     assert [s.actor_id for s in rep.suspects] == ["a3"]
-    assert rep.suspects[0].reason == ("DEAD (signal: SIGSEGV (Fatal Python error: Segmentation fault)) while ranks "
+    assert suspect_reason(rep.suspects[0]) == ("DEAD (signal: SIGSEGV (Fatal Python error: Segmentation fault)) while ranks "
                                       "0-2 of wg wait in all_reduce")
 
 
@@ -190,7 +191,7 @@ def test_a_group_that_died_whole_names_the_rank_whose_death_was_its_own():
     assert (deaths["a0"].kind, deaths["a1"].kind) == ("exit", "unknown")
     rep = analyse([r0, r1], {}, 0.0, deaths=deaths)
     assert [s.actor_id for s in rep.suspects] == ["a1"]
-    reason = rep.suspects[0].reason
+    reason = suspect_reason(rep.suspects[0])
     assert reason.startswith("DEAD (unknown: the worker process died and left no reason")
     assert reason.endswith("; rank 0 of wg died after it (their owner died)")
     # a group killed on purpose (every rank's owner gone) names nobody

@@ -6,6 +6,7 @@ from __future__ import annotations
 from tests.captures import Replay, demo_cpu
 from verltop.text.dump import dump_text
 from verltop.text.stalls import stall_reason
+from verltop.text.suspects import suspect_reason
 
 HUNG = "kxZQHdWorkerDict_0:2"
 
@@ -43,7 +44,7 @@ async def test_dump_names_the_rank_that_never_joined_the_gloo_all_reduce():
     assert by[HUNG].blocked_on is None and by[HUNG].stuck is True
     assert (by["controller"].blocked_on.op, by["controller"].blocked_on.frame) == ("ray.get", "job.py:116 TaskRunner.run")
     assert [(s.worker_group, s.rank) for s in report.suspects] == [("kxZQHd", 2)]
-    assert report.suspects[0].reason == (
+    assert suspect_reason(report.suspects[0]) == (
         "not in all_reduce with ranks 0-1,3 of kxZQHd: it is in actor_rollout_update_actor at workers.py:259 "
         "_stuck_rollout; its stack did not move (the controller waits on it in ray.get at job.py:116 "
         "TaskRunner.run)")

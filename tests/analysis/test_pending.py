@@ -26,8 +26,9 @@ from verltop.analysis.pending_waits import chain_end
 from verltop.model import Node, PendingItem, RawActor
 from verltop.sources import parse, parse_pending
 from verltop.text.contract import chain_json, pending_json, suspect_json
-from verltop.text.pending import capacity, demand, not_placed, pending_reason, resources
+from verltop.text.pending import capacity, demand, pending_reason, resources
 from verltop.text.stalls import stall_reason, stall_tag
+from verltop.text.suspects import suspect_reason
 
 FIX = Path(__file__).parent.parent / "fixtures" / "pending"
 PENDING_KEYS = {"kind", "id", "name", "worker_group", "state", "scheduling_state", "demand", "strategy", "waiting_s",
@@ -266,22 +267,22 @@ def test_controller_waiting_for_workers_that_do_not_exist_names_the_pending_grou
     pd, actors, nodes = moment("infeasible/hung")
     pending = build_pending(pd, actors, nodes, pd.pgs[0].created_s + 300)
     ctl = row("ctl", None, None, "controller", task="run")
-    r = analyse([ctl], {"ctl": [controller_in_get()] * 2}, 0.0, pending=pending, not_placed=not_placed)
+    r = analyse([ctl], {"ctl": [controller_in_get()] * 2}, 0.0, pending=pending)
     (s,) = r.suspects
     assert s.placement_group_id == pending[0].id and s.actor_id == "" and suspect_json(s)["actor_id"] is None
-    assert s.reason.startswith("the controller waits in ray.get (job.py:92 TaskRunner.run) on workers that do not "
+    assert suspect_reason(s).startswith("the controller waits in ray.get (job.py:92 TaskRunner.run) on workers that do not "
                                "exist yet: placement group Wb5vE3verl_group_2:0")
-    assert "no node has 20 CPU" in s.reason and "for 5m00s" in s.reason
+    assert "no node has 20 CPU" in suspect_reason(s) and "for 5m00s" in suspect_reason(s)
     assert chain_end(pending) is pending[0]
     # with a group hung in a collective too, its straggler still comes first... and the PG is named
     actors2 = [row(f"a{i}", rank=i) for i in range(2)] + [ctl]
     samples = {"a0": [in_collective("all_reduce")] * 2, "a1": [in_collective("all_reduce")] * 2,
                "ctl": [controller_in_get()] * 2}
-    r = analyse(actors2, samples, 0.0, pending=pending, not_placed=not_placed)
+    r = analyse(actors2, samples, 0.0, pending=pending)
     assert [x.placement_group_id for x in r.suspects] == [pending[0].id]
     # without a controller in ray.get the pending group is still a suspect, a weaker one
-    r = analyse([], {}, 0.0, pending=pending, not_placed=not_placed)
-    assert r.suspects[0].score == 50.0 and r.suspects[0].reason.startswith("placement group Wb5vE3verl_group_2:0")
+    r = analyse([], {}, 0.0, pending=pending)
+    assert r.suspects[0].score == 50.0 and suspect_reason(r.suspects[0]).startswith("placement group Wb5vE3verl_group_2:0")
 
 
 # ---------------------------------------------------------------- wait chains
@@ -289,7 +290,8 @@ def test_controller_waiting_for_workers_that_do_not_exist_names_the_pending_grou
 
 def test_the_controllers_wait_chain_ends_in_the_pending_placement_group():
     from tests.analysis.test_chains import JOB, task
-    from verltop.analysis.chains import chain_text, driver_task_id
+    from verltop.analysis.chains import driver_task_id
+    from verltop.text.chains import chain_text
 
     pd, actors, nodes = moment("infeasible/hung")
     pending = build_pending(pd, actors, nodes, pd.pgs[0].created_s + 300)
@@ -299,7 +301,7 @@ def test_the_controllers_wait_chain_ends_in_the_pending_placement_group():
                   class_name="driver", job_id=JOB)
     run_task = task("0" * 16, "TaskRunner.run", ctl_id, driver_task_id(JOB), 10)
     samples = {ctl_id: [controller_in_get()] * 2, drv.actor_id: [controller_in_get()] * 2}
-    r = analyse([ctl, drv], samples, 0.0, tasks=[run_task], pending=pending, not_placed=not_placed)
+    r = analyse([ctl, drv], samples, 0.0, tasks=[run_task], pending=pending)
     (c,) = r.chains
     assert [lk.pid for lk in c.path] == [5, 10]  # driver → TaskRunner.run, as Ray's task tree says
     assert c.ends_in.placement_group_id == pending[0].id and c.ends_in.pid is None
@@ -310,6 +312,6 @@ def test_the_controllers_wait_chain_ends_in_the_pending_placement_group():
     # the suspect: the placement group, once
     assert [s.placement_group_id for s in r.suspects] == [pending[0].id]
     # a controller alone (nothing else dumped) gets a chain of its own; without pending work, none
-    r = analyse([ctl], {ctl_id: [controller_in_get()] * 2}, 0.0, pending=pending, not_placed=not_placed)
+    r = analyse([ctl], {ctl_id: [controller_in_get()] * 2}, 0.0, pending=pending)
     assert [(len(c.path), c.ends_in.placement_group_id) for c in r.chains] == [(1, pending[0].id)]
     assert analyse([ctl], {ctl_id: [controller_in_get()] * 2}, 0.0).chains == ()

@@ -34,6 +34,7 @@ from verltop.sources.pyspy import parse_json, parse_text
 from verltop.text.contract import snapshot_json
 from verltop.text.dump import dump_text
 from verltop.text.stalls import stall_reasons, stall_tag
+from verltop.text.suspects import suspect_reason
 from verltop.ui.screens.stacks import rank_cells
 from verltop.ui.widgets.actor_table import Shown, actor_cell
 
@@ -201,7 +202,7 @@ async def test_native_dump_through_the_dashboard_names_the_cpu_straggler(run):
     assert r1.blocked_on is None and r1.stuck is True and r1.error is None
     assert rank(report, "TaskRunner").error is not None  # no py-spy of the controller was captured
     assert [(s.worker_group, s.rank) for s in report.suspects] == [("gpu1", 1)]
-    reason = report.suspects[0].reason
+    reason = suspect_reason(report.suspects[0])
     assert reason == (f"not in cuda_sync with rank 0 of gpu1: it is in actor_rollout_update_actor at {STRAGGLER_AT}; "
                       "its stack did not move")
     assert report.native and report.samples == 2
@@ -255,7 +256,7 @@ async def test_completed_collective_does_not_rename_the_gpu_wait(run, tmp_path):
     assert r0.blocked_on.op == "cuda_sync" and r0.blocked_on.frame == RANK0_WAIT
     assert rank(report, R1).collective is None and report.notes == ()  # no pipe, no file: no NCCL group
     assert [(s.worker_group, s.rank) for s in report.suspects] == [("gpu1", 1)]
-    assert report.suspects[0].reason.startswith(f"not in cuda_sync with rank 0 of gpu1: it is in "
+    assert suspect_reason(report.suspects[0]).startswith(f"not in cuda_sync with rank 0 of gpu1: it is in "
                                                 f"actor_rollout_update_actor at {STRAGGLER_AT}")
     assert "cuda_sync [all_reduce seq 5, completed]" in dump_text(report)
     assert rank_cells(r0, False)[4].plain == "cuda_sync (GPU) all_reduce#5 done"
@@ -263,7 +264,7 @@ async def test_completed_collective_does_not_rename_the_gpu_wait(run, tmp_path):
     pending = {r0.actor.actor_id: replace(r0.collective, last_completed=4)}
     again = analyse([x.actor for x in report.ranks], {x.actor.actor_id: list(x.samples) for x in report.ranks},
                     report.taken_at, pending)
-    assert again.suspects[0].reason.startswith("not in all_reduce with rank 0 of gpu1")
+    assert suspect_reason(again.suspects[0]).startswith("not in all_reduce with rank 0 of gpu1")
     assert "cuda_sync [all_reduce seq 5]" in dump_text(again)
     assert rank_cells(rank(again, R0), False)[4].plain == "cuda_sync (GPU) all_reduce#5"
 

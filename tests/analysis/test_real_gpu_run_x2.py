@@ -39,6 +39,7 @@ from verltop.sources.watchdog import parse_watchdog
 from verltop.text.contract import collective_json, dump_json
 from verltop.text.dump import dump_text
 from verltop.text.stalls import stall_tag
+from verltop.text.suspects import suspect_reason
 from verltop.ui.screens.rank_stack import rank_stack_text
 from verltop.ui.screens.stacks import rank_cells
 from verltop.ui.widgets.actor_table import Shown, actor_cell
@@ -175,7 +176,7 @@ async def test_straggler_stacks_name_rank1_and_rank0_waits_on_its_gpu(route):
     assert r1.blocked_on is None and r0.stuck is True and r1.stuck is True
     assert all(x.collective is None for x in report.ranks) and report.notes == ()  # no watchdog line, no dump file
     assert [(s.worker_group, s.rank) for s in report.suspects] == [("x2s", 1)]
-    reason = report.suspects[0].reason
+    reason = suspect_reason(report.suspects[0])
     assert reason == f"not in cuda_sync with rank 0 of x2s: it is in actor_rollout_update_actor at {STRAGGLER_AT}; " \
                      "its stack did not move"
     if route == "dashboard --native":  # natively rank 0 blocks in the launch of the sum kernel
@@ -258,7 +259,7 @@ async def test_straggler_with_the_collective_named(evidence, tmp_path):
     assert r0.blocked_on.op == "cuda_sync"  # the stack still says GPU; the collective names it
     (s,) = report.suspects
     assert (s.worker_group, s.rank) == ("x2s", 1)
-    assert s.reason == (f"not in all_reduce with rank 0 of x2s: it is in actor_rollout_update_actor at {STRAGGLER_AT}"
+    assert suspect_reason(s) == (f"not in all_reduce with rank 0 of x2s: it is in actor_rollout_update_actor at {STRAGGLER_AT}"
                         "; its stack did not move; NCCL: it never reached collective #5 (its last enqueued work is #4)")
     t = dump_text(report)
     assert "cuda_sync [all_reduce seq 5]" in t
@@ -286,7 +287,7 @@ async def test_mismatch_with_the_collectives_named(evidence, tmp_path):
         source, "all_reduce", 5, 5, 4, 16777216)
     assert (c1.source, c1.op, c1.seq, c1.last_enqueued, c1.last_completed, c1.numel) == (
         source, "all_gather", 5, 5, 4, 1024)
-    sus = {s.rank: s.reason for s in report.suspects}
+    sus = {s.rank: suspect_reason(s) for s in report.suspects}
     assert sus == {0: "collective mismatch: waits in all_reduce while rank 1 of x2m waits in all_gather; "
                       "its stack did not move",
                    1: "collective mismatch: waits in all_gather while rank 0 of x2m waits in all_reduce; "
@@ -303,7 +304,7 @@ async def test_dump_job_end_to_end_after_the_timeout(tmp_path):
         report = await job.run()
     assert job.stage == "done" and report is not None
     assert [(s.worker_group, s.rank) for s in report.suspects] == [("x2s", 1)]
-    assert "never reached collective #5" in report.suspects[0].reason and report.notes == (NOTE[S],)
+    assert "never reached collective #5" in suspect_reason(report.suspects[0]) and report.notes == (NOTE[S],)
     assert {x.actor.actor_name: x.collective.source for x in report.ranks if x.collective} == {
         n: "flight_recorder" for n in names(S)}
 

@@ -90,3 +90,70 @@ def test_bad_data_says_what(cls, data, msg):
         return
     with pytest.raises(codec.DecodeError, match=msg):
         codec.from_data(cls, data)
+
+
+def chain_report() -> DumpReport:
+    """A chain from the driver down to a vLLM worker stuck in its own code, which is the suspect."""
+    from tests.analysis.test_chains import (
+        AL,
+        CTL,
+        JOB,
+        SRV,
+        controller_in_get,
+        engine,
+        idle_async,
+        rows,
+        task,
+    )
+    from verltop.analysis.chains import driver_task_id
+    from verltop.model import ChildProc
+
+    ctl, al, srv, drv = rows()
+    run = task("0" * 16, "TaskRunner.run", CTL, driver_task_id(JOB), 10)
+    gen = task("1" * 16, "AgentLoopWorker.generate_sequences", AL, run.task_id, 20)
+    sgen = task("2" * 16, "vLLMHttpServer.generate", SRV, "f" * 16 + AL, 30)
+    stuck = engine()
+    return analyse([ctl, al, srv, drv], {CTL: [controller_in_get()] * 2, AL: [idle_async()] * 2,
+                                         SRV: [idle_async()] * 2, drv.actor_id: [controller_in_get()] * 2,
+                                         f"{SRV}:31": [stuck, stuck]}, 0.0,
+                   children=[ChildProc(SRV, 31, 30, "VLLM::Worker_TP1")], tasks=[run, gen, sgen])
+
+
+def straggler_report() -> DumpReport:
+    """A rank outside its group's collective while the controller waits in ray.get, and a dead rank."""
+    ranks = [row(f"a{r}", rank=r) for r in range(3)] + [row("a3", rank=3, state="DEAD", death="OOM killed"),
+                                                        row("ctl", group=None, rank=None, role="controller")]
+    samples = {"a0": [in_collective("all_reduce")] * 2, "a1": [in_collective("all_reduce")] * 2,
+               "a2": [sleeping()] * 2, "ctl": [controller_in_get()]}
+    return analyse(ranks, samples, 1.79e9)
+
+
+def old_form(data: dict) -> dict:
+    """A report's data as verltop wrote it when chain ends and suspects held their reason as a sentence."""
+    from verltop.text.chains import end_text
+    from verltop.text.suspects import suspect_reason
+
+    report = codec.from_data(DumpReport, data)
+    out = json.loads(json.dumps(data))
+    for c, chain in zip(out["chains"], report.chains, strict=True):
+        c["ends_in"].pop("why")
+        c["ends_in"]["reason"] = end_text(chain.ends_in)
+    for s, sus in zip(out["suspects"], report.suspects, strict=True):
+        s.pop("why")
+        s["reason"] = suspect_reason(sus)
+    return out
+
+
+@pytest.mark.parametrize("build", [chain_report, straggler_report])
+def test_reasons_come_back_as_data_and_old_sentences_still_read(build):
+    from verltop.text.dump import dump_text
+
+    report = build()
+    assert report.suspects and (report.chains or build is straggler_report)
+    data = codec.to_data(report)
+    assert through_json(DumpReport, report) == report
+    # a recording written when reasons were sentences reads back with the same words everywhere
+    old = codec.from_data(DumpReport, old_form(data))
+    assert {w.kind for s in old.suspects for w in s.why} == {"said"}
+    assert all(c.ends_in.why.kind == "said" for c in old.chains)
+    assert dump_json(old) == dump_json(report) and dump_text(old) == dump_text(report)

@@ -302,6 +302,7 @@ def test_ras_read_on_another_node_through_a_probe(live):
     code = (
         "import asyncio, json, sys\n"
         "from verltop.analysis.ras import findings\n"
+        "from verltop.text.ras import finding_text\n"
         "from verltop.engine import nccl_ras\n"
         "from verltop.sources.probe import ProbePool\n"
         "from verltop.sources.pyspy import DumpOptions\n"
@@ -309,7 +310,7 @@ def test_ras_read_on_another_node_through_a_probe(live):
         "    pool = ProbePool(DumpOptions(timeout_s=2), schedule_timeout_s=15)\n"
         f"    rep, probs = await nccl_ras.read_remote(pool.call, [({live.nodes['second']!r}, [('127.0.0.1', PORT)])])\n"
         "    await pool.close()\n"
-        "    print(json.dumps([[f.text for f in findings(rep)] if rep else None, [p.text for p in probs]]))\n"
+        "    print(json.dumps([[finding_text(f) for f in findings(rep)] if rep else None, [p.text for p in probs]]))\n"
         "asyncio.run(main())\n"
     )
     with RasServer({"json": body[body.index("{"):], "text": "unused"}) as srv:

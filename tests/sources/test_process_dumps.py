@@ -21,6 +21,7 @@ from tests.wait import wait_until
 from verltop.analysis.dump import analyse
 from verltop.sources.pyspy import DumpOptions, find_pyspy
 from verltop.sources.stacks import StackCapture, Target
+from verltop.text.chains import end_text
 from verltop.text.contract import dump_json
 
 pytestmark = pytest.mark.skipif(find_pyspy() is None, reason="py-spy not installed")
@@ -107,7 +108,7 @@ def test_vllm_shaped_server_names_the_hung_tp_worker(vllm_server):
     # until TP0 sits in the all_reduce that TP1 never joins
     rep = _settled([_server_row("srv", p.pid, "vLLMHttpServer", "vllm_server_0_0")],
                    lambda r: _op(r, "VLLM::Worker_TP0") == "all_reduce"
-                   and all("did not move" in c.ends_in.reason for c in r.chains))
+                   and all("did not move" in end_text(c.ends_in) for c in r.chains))
     doc = dump_json(rep)
     by_title = {r["process"]: r for r in doc["ranks"]}
     assert set(by_title) >= {None, "VLLM::EngineCore_DP0", "VLLM::Worker_TP0", "VLLM::Worker_TP1"}
@@ -137,7 +138,7 @@ def test_sglang_shaped_server_names_tp0(tmp_path):
         kids = _wait_titles(p.pid, {"sglang::scheduler_TP0", "sglang::scheduler_TP1", "sglang::detokenizer"})
         rep = _settled([_server_row("sg", p.pid, "SGLangHttpServer", "sglang_server_0_0")],
                        lambda r: bool(r.chains) and r.chains[0].ends_in.process == "sglang::scheduler_TP0"
-                       and "did not move" in r.chains[0].ends_in.reason)
+                       and "did not move" in end_text(r.chains[0].ends_in))
     finally:
         _kill_tree(p)
     doc = dump_json(rep)
@@ -157,7 +158,7 @@ def test_reward_sandbox_child_is_the_suspect(tmp_path):
             time.sleep(0.1)
         (child,) = psutil.Process(p.pid).children()
         rep = _settled([_server_row("rw", p.pid, "RewardLoopWorker", "reward_loop_worker_0")],
-                       lambda r: bool(r.chains) and "did not move" in r.chains[0].ends_in.reason)
+                       lambda r: bool(r.chains) and "did not move" in end_text(r.chains[0].ends_in))
     finally:
         _kill_tree(p)
     doc = dump_json(rep)

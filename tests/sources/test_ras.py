@@ -20,7 +20,9 @@ from verltop.engine import nccl_ras
 from verltop.model import Problem, ProcessDump
 from verltop.sources import ras
 from verltop.sources.pyspy import parse_json
+from verltop.text.ras import finding_text, ras_notes
 from verltop.text.stalls import stall_reason, stall_tag
+from verltop.text.suspects import suspect_reason
 
 FIX = Path(__file__).parents[1] / "fixtures" / "ras"
 RUN1, RUN2 = FIX / "run1", FIX / "run2"
@@ -55,8 +57,8 @@ def test_json_of_the_hang_names_the_rank_that_is_behind():
     (f,) = RAS.findings(r)  # the second communicator (3 AllReduce, 2 Broadcast on both) is healthy
     assert (f.kind, f.rank, f.pid, f.host, f.op, f.count, f.peers_count, f.peers) == \
         ("behind", 1, 630, "192.0.2.2", "AllReduce", 5, 6, (0,))
-    assert "rank 1 (pid 630 on 192.0.2.2) issued 5 AllReduce, its peers 6" in f.text
-    assert "never reached all_reduce #6" in f.text
+    assert "rank 1 (pid 630 on 192.0.2.2) issued 5 AllReduce, its peers 6" in finding_text(f)
+    assert "never reached all_reduce #6" in finding_text(f)
 
 
 def test_text_says_the_same_as_json():
@@ -162,14 +164,15 @@ def _straggler_ranks():
 
 def test_dump_suspects_and_notes_include_ras():
     rows, samples = _straggler_ranks()
-    rep = analyse(rows, samples, time.time(), ras=report("default_hang10_status_json.out"))
+    ras = report("default_hang10_status_json.out")
+    rep = analyse(rows, samples, time.time(), ras=ras, notes=tuple(ras_notes(ras)))  # the notes as a dump adds them
     top = rep.suspects[0]
-    assert top.actor_id == "a1" and "NCCL RAS" in top.reason and "issued 5 AllReduce, its peers 6" in top.reason
+    assert top.actor_id == "a1" and "NCCL RAS" in suspect_reason(top) and "issued 5 AllReduce, its peers 6" in suspect_reason(top)
     assert not any(s.actor_id == "a0" for s in rep.suspects)  # rank 0 is in the collective: not a suspect
     assert any(n.startswith("NCCL RAS, communicator 5719f456") for n in rep.notes)
     # without RAS the stacks alone still name rank 1; with it, both reasons are on the line
     plain = analyse(rows, samples, time.time())
-    assert plain.suspects[0].actor_id == "a1" and plain.suspects[0].reason in top.reason
+    assert plain.suspects[0].actor_id == "a1" and suspect_reason(plain.suspects[0]) in suspect_reason(top)
 
 
 def test_ras_stall_on_the_lagging_rank():
@@ -266,7 +269,7 @@ def test_run3_mismatch_names_both_collectives_and_counts():
     (comm,) = r.comms
     assert sorted((x.rank, x.cuda_dev, dict(x.counts)) for x in comm.ranks) == \
         [(0, 0, {"AllGather": 0, "AllReduce": 5}), (1, 0, {"AllGather": 1, "AllReduce": 4})]
-    texts = [f.text for f in RAS.findings(r)]
+    texts = [finding_text(f) for f in RAS.findings(r)]
     assert texts[0].endswith("rank 0 (pid 3625 on 192.0.2.2) issued AllReduce while rank 1 issued AllGather "
                              "instead: different collectives on one communicator")
 
@@ -274,7 +277,7 @@ def test_run3_mismatch_names_both_collectives_and_counts():
 def test_run3_straggler_behind_names_the_collective_it_never_reached():
     (f,) = RAS.findings(report("straggler_hang_status_json.out", RUN3))
     assert (f.rank, f.pid, f.op, f.count, f.peers_count) == (1, 1835, "AllReduce", 4, 5)
-    assert f.text.endswith("issued 4 AllReduce, its peers 5 — it never reached all_reduce #5")
+    assert finding_text(f).endswith("issued 4 AllReduce, its peers 5 — it never reached all_reduce #5")
 
 
 # ---------------------------------------------------------------- RAS on another node (through a probe)

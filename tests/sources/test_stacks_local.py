@@ -16,6 +16,7 @@ from tests.net import free_port
 from verltop.analysis.dump import analyse
 from verltop.sources.pyspy import DumpOptions, explain_error, no_pyspy_problem, ptrace_problem
 from verltop.sources.stacks import StackCapture
+from verltop.text.suspects import suspect_reason
 
 N = 4
 
@@ -44,7 +45,7 @@ def test_real_gloo_straggler(gloo_group):
     ops = {x.actor.rank: (x.blocked_on.op if x.blocked_on else None) for x in report.ranks}
     assert ops == {0: "all_reduce", 1: "all_reduce", 2: None, 3: "all_reduce"}
     assert [s.rank for s in report.suspects] == [2]
-    assert "straggler_work" in report.suspects[0].reason and "did not move" in report.suspects[0].reason
+    assert "straggler_work" in suspect_reason(report.suspects[0]) and "did not move" in suspect_reason(report.suspects[0])
     assert all(x.stuck is True for x in report.ranks)
     frame = next(x for x in report.ranks if x.actor.rank == 0).blocked_on.frame
     assert frame.startswith("gloo_ranks.py:") and "rank_main" in frame

@@ -6,7 +6,7 @@ import json
 
 from tests.analysis.test_incidents import demo_report
 from tests.engine.helpers import synthetic_snapshots
-from verltop.model import Chain, ChainEnd, ChainLink, PendingItem, ProcRow, Stall
+from verltop.model import Chain, ChainEnd, ChainLink, EndWhy, PendingItem, ProcRow, Stall
 from verltop.text.contract import (
     chain_json,
     dump_json,
@@ -39,7 +39,7 @@ def test_dump_view_chains_and_suspects():
     assert all(set(s) == {"actor_id", "worker_group", "rank", "pid", "reason", "placement_group_id"}
                for s in doc["suspects"]) and doc["suspects"]
     c = Chain((ChainLink(None, "driver", None, 5), ChainLink("a1", "w", "W.run", 6)),
-              ChainEnd(6, None, "x.py:1 f", "in its own code"))
+              ChainEnd(6, None, "x.py:1 f", EndWhy("own_code")))
     assert chain_json(c) == {
         "path": [{"actor_id": None, "actor_name": "driver", "task": None, "pid": 5},
                  {"actor_id": "a1", "actor_name": "w", "task": "W.run", "pid": 6}],

@@ -20,9 +20,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 
-from verltop.analysis.merge import label_title
 from verltop.analysis.waiters import Activity, parse_title
-from verltop.model import Chain, ChainEnd, ChainLink, RankDump, RawObjectRef, RawTask
+from verltop.model import Chain, ChainEnd, ChainLink, EndWhy, RankDump, RawObjectRef, RawTask
 
 CREATION = "ffffffffffffffff"
 DRIVER_PREFIX = "f" * 40
@@ -198,58 +197,39 @@ def _link(g: Graph, key: str, src: str | None) -> ChainLink:
 def _end(g: Graph, key: str) -> ChainEnd:
     r = g.ranks[key]
     a = g.act(key)
-    return ChainEnd(r.actor.pid, r.process, a.frame, end_reason(r, a))
+    return ChainEnd(r.actor.pid, r.process, a.frame, end_why(r, a))
 
 
-def end_reason(r: RankDump, a: Activity) -> str:
-    """Why the chain stops at this process, as a sentence."""
+# an Activity's kind → the EndWhy kind of a chain that ends in it (any other: idle)
+END_KINDS = {"busy": "own_code", "http": "http", "children": "children", "ipc": "zmq", "ray_wait": "not_dumped",
+             "collective": "peers"}
+
+
+def end_why(r: RankDump, a: Activity) -> EndWhy:
+    """Why the chain stops at this process (``verltop.text.chains.end_text`` says it)."""
     if r.actor.state in ("DEAD", "RESTARTING") or (r.error is not None and r.error.kind == "dead"):
-        d = f" ({r.death.kind}: {r.death.detail})" if r.death and r.death.detail else ""
-        return f"{r.actor.state}{d}"
+        return EndWhy("dead", state=r.actor.state, death=r.death)
     if r.main is None and r.error is not None:
-        return f"its stack could not be read: {r.error.text}"
-    moved = "; its stack did not move" if r.stuck else "; its stack moves (slow, not hung)" if r.stuck is False else ""
-    if a.kind == "busy":
-        return f"in its own code at {a.frame}{moved}" if a.frame else f"in its own code{moved}"
-    if a.kind == "http":
-        return f"waits on an HTTP call ({a.what} at {a.frame}): the server at the other end{moved}"
-    if a.kind == "children":
-        return f"waits on its child processes ({a.what} at {a.frame}), none of which was dumped or is at work"
-    if a.kind == "ipc":
-        return f"waits on another process over zmq ({a.what} at {a.frame}){moved}"
-    if a.kind == "ray_wait":
-        return f"waits in {a.what} at {a.frame} on tasks that were not dumped"
-    if a.kind == "collective":
-        return f"waits in {a.what} at {a.frame} with its peers; none of them is outside it"
-    return "its stack is idle: an asyncio actor awaiting something verltop cannot see, or nothing"
+        return EndWhy("unreadable", error=r.error.text)
+    kind = END_KINDS.get(a.kind, "idle")
+    if kind == "idle":
+        return EndWhy(kind)
+    return EndWhy(kind, frame=a.frame, what=a.what, stuck=r.stuck)
 
 
 def _end_rank(e: ChainEnd) -> int:
-    r = e.reason
-    return 0 if "did not move" in r or r.startswith(("DEAD", "RESTARTING")) else 1 if "HTTP" in r else 2
+    """Dead ends and code that did not move first, then HTTP calls, then the rest."""
+    w = e.why
+    if w.kind == "said":  # a sentence an older verltop recorded
+        t = w.text or ""
+        return 0 if "did not move" in t or t.startswith(("DEAD", "RESTARTING")) else 1 if "HTTP" in t else 2
+    if w.kind == "dead" or (w.stuck and w.kind in STILL_SAID):
+        return 0
+    return 1 if w.kind == "http" else 2
 
 
-def hop_text(link: ChainLink, first: bool = False) -> str:
-    """One hop as people read it: ``driver (pid 5)``, ``agent_loop_worker_0 generate_sequences``,
-    ``VLLM::EngineCore_DP0``, ``python … (pid 7)`` for a child without a title of its own."""
-    if link.actor_id is None:
-        return f"driver (pid {link.pid})"
-    who = link.actor_name or link.actor_id[:8]
-    task = link.task or ""
-    if is_process_title(task) and not first:
-        return task if "::" in task else f"{label_title(task)} (pid {link.pid})"
-    method = task.rsplit(".", 1)[-1]
-    return f"{who} {method}".strip()
-
-
-def is_process_title(task: str) -> bool:
-    """A child's title, not a Ray task name (``Class.method``)."""
-    return "::" in task or " " in task or "/" in task
-
-
-def chain_text(c: Chain) -> str:
-    """``TaskRunner.run → agent_loop_worker_0 generate_sequences → … → VLLM::Worker_TP1: in its own code at …``"""
-    return " → ".join(hop_text(lk, i == 0) for i, lk in enumerate(c.path)) + f": {c.ends_in.reason}"
+# the ends whose sentence says whether the stack moved
+STILL_SAID = ("own_code", "http", "zmq")
 
 
 def group_chains(chains: Iterable[Chain]) -> list[tuple[Chain, int]]:
@@ -258,7 +238,7 @@ def group_chains(chains: Iterable[Chain]) -> list[tuple[Chain, int]]:
     seen: dict[tuple, list[Chain]] = {}
     for c in chains:
         shape = (tuple((lk.actor_name if lk.actor_id is None else _strip_rank(lk.actor_name), lk.task)
-                       for lk in c.path[:-1]), c.ends_in.frame, c.ends_in.process, c.ends_in.reason)
+                       for lk in c.path[:-1]), c.ends_in.frame, c.ends_in.process, c.ends_in.why)
         seen.setdefault(shape, []).append(c)
     return [(cs[0], len(cs)) for cs in seen.values()]
 
@@ -267,4 +247,4 @@ def _strip_rank(name: str | None) -> str | None:
     return name.rsplit(":", 1)[0] if name and ":" in name else name
 
 
-__all__ = ["build", "chain_text", "driver_task_id", "end_reason", "group_chains", "hop_text"]
+__all__ = ["build", "driver_task_id", "end_why", "group_chains"]

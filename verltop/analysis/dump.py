@@ -8,7 +8,7 @@ from verltop.analysis import chains as wait_chains
 from verltop.analysis import ras as RAS
 from verltop.analysis.collectives import blocked_on, collective_pending, stack_key, task_thread
 from verltop.analysis.merge import equivalence_classes
-from verltop.analysis.pending_waits import NotPlaced, pending_chains, pending_suspects_of
+from verltop.analysis.pending_waits import pending_chains, pending_suspects_of
 from verltop.analysis.process_suspects import chain_suspects, merge_suspects, tp_suspects
 from verltop.analysis.suspects import find_suspects
 from verltop.analysis.waiters import Activity, process_activity
@@ -99,14 +99,12 @@ def analyse(
     refs: list[RawObjectRef] | tuple[RawObjectRef, ...] = (),
     ras: RasReport | None = None,
     pending: tuple[PendingItem, ...] = (),
-    not_placed: NotPlaced | None = None,
 ) -> DumpReport:
     """The report: every actor (a driver is a row with role ``driver``), every child process (samples keyed
     by ``child_key``), wait chains from the running ``tasks`` and pending ``refs``, and the suspects.
-    ``pending``: the snapshot's unplaced placement groups (a wait on workers that do not exist ends there),
-    with ``not_placed`` to say why (``verltop.text.pending.not_placed``).
+    ``pending``: the snapshot's unplaced placement groups (a wait on workers that do not exist ends there).
     ``ras``: NCCL RAS's view of the communicators at dump time (its lagging and missing ranks become suspects
-    too, and its findings notes)."""
+    too; the caller adds its findings to ``notes`` in words: ``verltop.text.ras.ras_notes``)."""
     collectives = collectives or {}
     deaths = deaths or {}
     ranks = [analyse_rank(a, samples.get(a.actor_id, []), collectives.get(a.actor_id), death=deaths.get(a.actor_id))
@@ -123,15 +121,12 @@ def analyse(
     drivers = {wait_chains.driver_task_id(a.job_id): a.actor_id for a in actors if a.role == "driver" and a.job_id}
     chains = wait_chains.build(every, acts, tasks, refs, drivers)
     if pending:  # a controller (or driver) in ray.get with no worker to wait on: its chain ends in the PG
-        if not_placed is None:
-            raise ValueError("pending placement groups need not_placed to say why")
-        chains = pending_chains(chains, every, acts, pending, not_placed)
+        chains = pending_chains(chains, every, acts, pending)
     suspects = merge_suspects(find_suspects(every), tp_suspects(kids, acts), chain_suspects(chains, every, acts),
-                              pending_suspects_of(every, acts, pending, not_placed) if not_placed else [])
+                              pending_suspects_of(every, acts, pending))
     n_samples = max((len(v) for v in samples.values()), default=0)
     found = RAS.findings(ras) if ras is not None else []
     if found:
-        notes = tuple(dict.fromkeys((*notes, *RAS.summary(found))))
         suspects = with_ras(suspects, RAS.suspects(found, ranks))
     return DumpReport(
         taken_at=taken_at,
@@ -155,7 +150,7 @@ def with_ras(stacks: list[Suspect], ras: list[Suspect]) -> list[Suspect]:
             out.append(r)
         else:
             s = out[i]
-            out[i] = replace(s, reason=f"{s.reason}; {r.reason}", score=max(s.score, r.score))
+            out[i] = replace(s, why=s.why + r.why, score=max(s.score, r.score))
     return sorted(out, key=lambda s: (-s.score, s.worker_group or "", s.rank if s.rank is not None else -1,
                                       s.pid or 0))
 

@@ -1,18 +1,15 @@
 """Where a wait on workers that do not exist yet ends: a controller (or driver) in ``ray.get`` while its job's
 placement group is not placed. Its wait chain ends in that placement group, which is the suspect. Pure: the
-words for a placement group that is not placed come from the caller (``verltop.text.pending.not_placed``).
+chain ends and suspects say so as data (``verltop.text`` puts them in words).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from verltop.analysis.pending import blocked
 from verltop.analysis.waiters import Activity
-from verltop.model import Chain, ChainEnd, ChainLink, PendingItem, RankDump, Suspect
-
-# a placement group that is not placed, in words; True: with its worker group and how long it waited
-NotPlaced = Callable[[PendingItem, bool], str]
+from verltop.model import Chain, ChainEnd, ChainLink, EndWhy, PendingItem, RankDump, Suspect, SuspectWhy
 
 
 def chain_end(pending: Sequence[PendingItem], job_id: str | None = None) -> PendingItem | None:
@@ -35,17 +32,13 @@ def _waiters(ranks: Sequence[RankDump], acts: Mapping[str, Activity]) -> list[tu
     return out
 
 
-def _who(r: RankDump) -> str:
-    return "the driver" if r.is_driver else "the controller"
-
-
-def _pg_end(pg: PendingItem, a: Activity, not_placed: NotPlaced) -> ChainEnd:
-    return ChainEnd(None, None, a.frame, f"waits in {a.what or 'ray.get'} at {a.frame or '?'} on workers that do not "
-                    f"exist yet: {not_placed(pg, False)}", placement_group_id=pg.id)
+def _pg_end(pg: PendingItem, a: Activity) -> ChainEnd:
+    return ChainEnd(None, None, a.frame, EndWhy("not_placed", frame=a.frame, what=a.what, pending=pg),
+                    placement_group_id=pg.id)
 
 
 def pending_chains(chains: list[Chain], ranks: Sequence[RankDump], acts: Mapping[str, Activity],
-                   pending: Sequence[PendingItem], not_placed: NotPlaced) -> list[Chain]:
+                   pending: Sequence[PendingItem]) -> list[Chain]:
     """Wait chains that end in a controller or driver waiting in ``ray.get`` (on tasks no dumped process
     runs) end, one hop further, in the placement group Ray has not placed for its job; such a waiter that is
     on no chain (nothing else was dumped) gets a chain of its own. Those chains come first: they say why
@@ -65,18 +58,18 @@ def pending_chains(chains: list[Chain], ranks: Sequence[RankDump], acts: Mapping
             if w is not None:
                 on_chain.add(w[0].key)
         w = hit(c.path[-1])
-        out.append(Chain(c.path, _pg_end(w[2], w[1], not_placed)) if w is not None and c.ends_in.pid == w[0].actor.pid else c)
+        out.append(Chain(c.path, _pg_end(w[2], w[1])) if w is not None and c.ends_in.pid == w[0].actor.pid else c)
     for r, a, pg in waiters:
         if r.key not in on_chain:
             link = ChainLink(None if r.is_driver else r.actor.actor_id, r.actor.actor_name or r.actor.class_name,
                              r.actor.task, r.actor.pid)
-            out.append(Chain((link,), _pg_end(pg, a, not_placed)))
+            out.append(Chain((link,), _pg_end(pg, a)))
     out.sort(key=lambda c: c.ends_in.placement_group_id is None)  # stable: the rest keep their order
     return out
 
 
 def pending_suspects_of(ranks: Sequence[RankDump], acts: Mapping[str, Activity],
-                        pending: Sequence[PendingItem], not_placed: NotPlaced) -> list[Suspect]:
+                        pending: Sequence[PendingItem]) -> list[Suspect]:
     """Placement groups Ray has not placed are suspects: a controller or driver of their job waiting in
     ``ray.get`` waits on workers that need them (score 95); unseen waiters, 50 for one Ray cannot place, 20
     for one merely not placed yet."""
@@ -89,10 +82,8 @@ def pending_suspects_of(ranks: Sequence[RankDump], acts: Mapping[str, Activity],
             continue
         w = next(((r, a) for r, a in waiters if r.actor.job_id == p.job_id), None) or next(
             ((r, a) for r, a in waiters if r.actor.job_id is None or p.job_id is None), None)  # a job unknown
-        reason = not_placed(p, True)
-        if w is not None:
-            reason = (f"{_who(w[0])} waits in {w[1].what or 'ray.get'} ({w[1].frame or '?'}) on workers that do not "
-                      f"exist yet: {reason}")
+        why = SuspectWhy("not_placed", pending=p) if w is None else SuspectWhy(
+            "not_placed", pending=p, role="driver" if w[0].is_driver else "controller", op=w[1].what, frame=w[1].frame)
         score = 95.0 if w is not None else 50.0 if blocked(p) else 20.0
-        out.append(Suspect("", p.worker_group, None, reason, score, placement_group_id=p.id))
+        out.append(Suspect("", p.worker_group, None, (why,), score, placement_group_id=p.id))
     return out

@@ -9,10 +9,8 @@
 
 from __future__ import annotations
 
-from verltop.analysis.chains import chain_text
-from verltop.analysis.merge import compact_ints
 from verltop.analysis.waiters import Activity, parse_title
-from verltop.model import Chain, RankDump, Suspect
+from verltop.model import Chain, Peers, RankDump, Suspect, SuspectWhy, Where
 
 
 def tp_suspects(ranks: list[RankDump], acts: dict[str, Activity]) -> list[Suspect]:
@@ -31,19 +29,17 @@ def tp_suspects(ranks: list[RankDump], acts: dict[str, Activity]) -> list[Suspec
         waiting = [r for r in members if act(r).kind == "collective"]
         if not waiting:
             continue
-        ops = sorted({act(r).what or "?" for r in waiting})
-        tps = compact_ints(t for r in waiting if (t := parse_title(r.process).tag("TP")) is not None)
-        who = f"TP{tps}" if tps else f"{len(waiting)} workers"
+        ops = tuple(sorted({act(r).what or "?" for r in waiting}))
+        tps = Peers(tuple(t for r in waiting if (t := parse_title(r.process).tag("TP")) is not None), len(waiting))
         owner = members[0].actor.actor_name or members[0].actor.class_name
         for r in members:
             a = act(r)
             if a.kind in ("collective", "idle"):
                 continue
-            where = f"it is at {a.frame}" if a.frame else (f"its stack could not be read ({r.error})" if r.error
-                                                          else "it is elsewhere")
-            moved = "; its stack did not move" if r.stuck else ""
-            out.append(_suspect(r, f"{r.process} is not in {' / '.join(ops)} with {who} of {owner} "
-                                   f"(pid {r.parent_pid}'s workers): {where}{moved}", 95))
+            where = Where("at", frame=a.frame) if a.frame else (
+                Where("unreadable", error=str(r.error)) if r.error else Where("elsewhere"))
+            out.append(_suspect(r, SuspectWhy("tp", ops=ops, peers=tps, where=where, stuck=r.stuck,
+                                              process=r.process, owner=owner, pid=r.parent_pid), 95))
     return out
 
 
@@ -76,13 +72,13 @@ def chain_suspects(chains: list[Chain], ranks: list[RankDump], acts: dict[str, A
             score = 50  # a weight sync that does not move: the other side is as likely
         else:
             continue
-        out.append(_suspect(r, f"end of the wait chain {chain_text(c)}", score))
+        out.append(_suspect(r, SuspectWhy("chain_end", chain=c), score))
     return out
 
 
-def _suspect(r: RankDump, reason: str, score: float) -> Suspect:
+def _suspect(r: RankDump, why: SuspectWhy, score: float) -> Suspect:
     a = r.actor
-    return Suspect(a.actor_id, a.worker_group, a.rank, reason, score, a.pid)
+    return Suspect(a.actor_id, a.worker_group, a.rank, (why,), score, a.pid)
 
 
 def merge_suspects(*lists: list[Suspect]) -> list[Suspect]:

@@ -10,47 +10,22 @@ can). A rank whose process stopped answering (SIGSTOP, death) is listed as missi
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 
-from verltop.model import ActorRow, RankDump, RasComm, RasRank, RasReport, Stall, Suspect
+from verltop.model import (
+    ActorRow,
+    RankDump,
+    RasComm,
+    RasFinding,
+    RasRank,
+    RasReport,
+    Stall,
+    Suspect,
+    SuspectWhy,
+)
 
 # RAS's collective type names → torch.distributed's
 OP_NAMES = {"AllReduce": "all_reduce", "AllGather": "all_gather", "ReduceScatter": "reduce_scatter",
             "Broadcast": "broadcast", "Reduce": "reduce"}
-
-
-@dataclass(frozen=True, slots=True)
-class RasFinding:
-    """One fact about one rank of one communicator."""
-
-    kind: str  # "behind" | "mismatch" | "missing" | "aborted"
-    comm: str  # communicator hash
-    comm_size: int | None
-    rank: int | None
-    pid: int | None
-    host: str | None
-    op: str | None = None  # RAS's type name, e.g. "AllReduce"
-    count: int | None = None  # operations of that type this rank enqueued
-    peers_count: int | None = None  # the most its peers enqueued
-    peers: tuple[int, ...] = ()  # ranks that are ahead (they wait in the collective)
-    dead: bool | None = None
-    peer_op: str | None = None  # "mismatch": what the others issued instead
-
-    @property
-    def text(self) -> str:
-        who = f"rank {self.rank}" + (f" (pid {self.pid} on {self.host})" if self.pid else "")
-        comm = f"communicator {self.comm[:8]}…" + (f" ({self.comm_size} ranks)" if self.comm_size else "")
-        if self.kind == "behind":
-            return (f"NCCL RAS, {comm}: {who} issued {self.count} {self.op}, its peers {self.peers_count} — it never "
-                    f"reached {OP_NAMES.get(self.op or '', self.op)} #{self.peers_count}")
-        if self.kind == "mismatch":
-            peers = f"{'rank' if len(self.peers) == 1 else 'ranks'} {_ints(self.peers)}"
-            return (f"NCCL RAS, {comm}: {who} issued {self.op} while {peers} issued {self.peer_op} instead: "
-                    "different collectives on one communicator")
-        if self.kind == "missing":
-            state = "considered dead" if self.dead else "not answering"
-            return f"NCCL RAS, {comm}: {who} is missing ({state}: its process is stopped, hung in the kernel or gone)"
-        return f"NCCL RAS, {comm}: {who} aborted its communicator"
 
 
 def findings(report: RasReport) -> list[RasFinding]:
@@ -64,10 +39,6 @@ def findings(report: RasReport) -> list[RasFinding]:
             if r.abort:
                 out.append(RasFinding("aborted", c.hash, c.size, r.rank, r.pid, r.host))
     return out
-
-
-def _ints(xs: tuple[int, ...]) -> str:
-    return ",".join(str(x) for x in xs)
 
 
 def _behind(c: RasComm) -> list[RasFinding]:
@@ -131,13 +102,8 @@ def suspects(found: list[RasFinding], ranks: list[RankDump]) -> list[Suspect]:
             continue
         seen[a.actor_id] += 1
         score = {"behind": 95, "mismatch": 80}.get(f.kind, 85)
-        out.append(Suspect(a.actor_id, a.worker_group, a.rank, f.text, score, pid=a.pid))
+        out.append(Suspect(a.actor_id, a.worker_group, a.rank, (SuspectWhy("ras", finding=f),), score, pid=a.pid))
     return out
-
-
-def summary(found: list[RasFinding]) -> list[str]:
-    """One line per finding, for a dump's notes."""
-    return [f.text for f in found]
 
 
 def stalls(report: RasReport, actors: list[ActorRow] | tuple[ActorRow, ...]) -> dict[str, Stall]:

@@ -16,10 +16,10 @@ Rules (a rank simply waiting with its peers is never a suspect):
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 from verltop.analysis.collectives import collective_pending, is_native
-from verltop.analysis.merge import compact_ints
-from verltop.model import RankDump, Suspect
+from verltop.model import Fate, Peers, RankDump, Suspect, SuspectWhy, Where
 
 WAIT_OPS_EXCLUDED = ("ray.get", "ray.wait")
 
@@ -35,40 +35,21 @@ def _coll_op(r: RankDump) -> str | None:
     return b.op
 
 
-def _where(r: RankDump) -> str:
+def _where(r: RankDump) -> Where:
     if r.error:
-        return f"its stack could not be read ({r.error})"
+        return Where("unreadable", error=str(r.error))
     if r.blocked_on and r.blocked_on.op in WAIT_OPS_EXCLUDED:
-        return f"it waits in {r.blocked_on.op} ({r.blocked_on.frame})"
+        return Where("waits", op=r.blocked_on.op, frame=r.blocked_on.frame)
     f = next((fr for fr in r.stack if not is_native(fr)), None)  # libc.so.6 clock_nanosleep says nothing
-    task = f" in {r.actor.task}" if r.actor.task else ""
-    at = f" at {f.short()}" if f else ""
-    return f"it is{task}{at}"
+    return Where("at", task=r.actor.task, frame=f.short() if f else None)
 
 
-def _motion(r: RankDump) -> str:
-    if r.stuck is True:
-        return "; its stack did not move"
-    if r.stuck is False:
-        return "; its stack moves (slow, not hung)"
-    return ""
+def _peers(rs: list[RankDump]) -> Peers:
+    return Peers(tuple(r.actor.rank for r in rs if r.actor.rank is not None), len(rs))
 
 
-def _never_reached(r: RankDump, max_enq: int | None) -> str:
-    c = r.collective
-    if c is None or c.last_enqueued is None or max_enq is None or c.last_enqueued >= max_enq:
-        return ""
-    return f"; NCCL: it never reached collective #{max_enq} (its last enqueued work is #{c.last_enqueued})"
-
-
-def _ranks(rs: list[RankDump]) -> str:
-    ints = [r.actor.rank for r in rs if r.actor.rank is not None]
-    s = compact_ints(ints)
-    return f"rank{'s' if len(ints) != 1 else ''} {s}" if s else f"{len(rs)} ranks"
-
-
-def _wait(rs: list[RankDump]) -> str:
-    return "waits" if len(rs) == 1 else "wait"
+def _fate(r: RankDump) -> Fate:
+    return Fate(r.actor.state, r.death, r.actor.death_cause)
 
 
 def _consequence(r: RankDump) -> bool:
@@ -78,17 +59,6 @@ def _consequence(r: RankDump) -> bool:
         return True
     return any(k in cause for k in ("OWNER_DIED", "owner has died", "its owner", "OUT_OF_SCOPE",
                                     "INTENDED_USER_EXIT", "INTENDED_SYSTEM_EXIT", "references to the actor"))
-
-
-def _consequences(rs: list[RankDump]) -> str:
-    kinds = sorted({"their owner died" if "owner" in (_death(r) or "") else _death(r) or "dead" for r in rs})
-    return "; ".join(kinds)
-
-
-def _death(r: RankDump) -> str:
-    if r.death is not None:
-        return f"{r.death.kind}: {r.death.detail}" if r.death.detail else r.death.kind
-    return r.actor.death_cause or ""
 
 
 def _timed_out(r: RankDump) -> bool:
@@ -111,8 +81,8 @@ def find_suspects(ranks: list[RankDump]) -> list[Suspect]:
 
     out: list[Suspect] = []
 
-    def add(r: RankDump, reason: str, score: float) -> None:
-        out.append(Suspect(r.actor.actor_id, r.actor.worker_group, r.actor.rank, reason, score, r.actor.pid))
+    def add(r: RankDump, why: SuspectWhy, score: float) -> None:
+        out.append(Suspect(r.actor.actor_id, r.actor.worker_group, r.actor.rank, (why,), score, r.actor.pid))
 
     for g, members in groups.items():
         ops = {id(r): _coll_op(r) for r in members}
@@ -126,22 +96,20 @@ def find_suspects(ranks: list[RankDump]) -> list[Suspect]:
         if culprits and live:
             live_waiting = [r for r in waiting if r in live]
             for r in culprits:
-                cause = f" ({_death(r)})" if _death(r) else ""
                 if live_waiting:
                     top = Counter(ops[id(x)] for x in live_waiting).most_common(1)[0][0]
-                    why = f"while {_ranks(live_waiting)} of {g} {_wait(live_waiting)} in {top}"
+                    why = SuspectWhy("dead_waited", g, top, peers=_peers(live_waiting), fate=_fate(r))
                 else:
-                    why = (f"while {_ranks(live)} of {g} live on (a collective with a dead rank fails on its "
-                           "peers, or they wait for it)")
-                add(r, f"{r.actor.state}{cause} {why}", 100)
+                    why = SuspectWhy("dead_live_on", g, peers=_peers(live), fate=_fate(r))
+                add(r, why, 100)
         if culprits and not live:
             # the whole group is gone: the ranks whose death was their own (a signal, an OOM, a crash) took
             # the others down (their owner, the controller, died of it, or they were released after it)
             roots = [r for r in culprits if not _consequence(r)]
             for r in roots:
                 others = [x for x in dead if x is not r]
-                then = f"; {_ranks(others)} of {g} died after it ({_consequences(others)})" if others else ""
-                add(r, f"{r.actor.state} ({_death(r)}){then}", 95)
+                add(r, SuspectWhy("died_first", g, fate=_fate(r), after=tuple(_fate(x) for x in others),
+                                  after_peers=_peers(others) if others else None), 95)
         if not waiting:
             continue
         counts = Counter(ops[id(r)] for r in waiting)
@@ -153,10 +121,9 @@ def find_suspects(ranks: list[RankDump]) -> list[Suspect]:
                     continue
                 side = [r for r in waiting if ops[id(r)] == op]
                 others = [r for r in waiting if ops[id(r)] != op]
-                other_ops = " / ".join(sorted({ops[id(x)] or "" for x in others}))
+                other_ops = tuple(sorted({ops[id(x)] or "" for x in others}))
                 for r in side:
-                    add(r, f"collective mismatch: waits in {op} while {_ranks(others)} of {g} {_wait(others)} in "
-                           f"{other_ops}{_motion(r)}", 80)
+                    add(r, SuspectWhy("mismatch", g, op, other_ops, _peers(others), stuck=r.stuck), 80)
         # most ranks in one collective: the ones not in any are holding it up
         if top_n * 2 >= len(live) or len(counts) == 1:
             outside = [r for r in live if not ops[id(r)]]
@@ -167,18 +134,23 @@ def find_suspects(ranks: list[RankDump]) -> list[Suspect]:
             known = [r for r in outside if not r.error]
             max_enq = max((r.collective.last_enqueued for r in members
                            if r.collective and r.collective.last_enqueued is not None), default=None)
-            died = f" ({_ranks(timed_out)} timed out in it and died)" if timed_out else ""
+            died = _peers(timed_out) if timed_out else None
             for r in known:
                 score = 90 if r.stuck is not False else 70
-                add(r, f"not in {top_op} with {_ranks(waiting)} of {g}{died}: {_where(r)}{_motion(r)}"
-                       f"{_never_reached(r, max_enq)}", score)
+                c = r.collective
+                behind = c is not None and c.last_enqueued is not None and max_enq is not None \
+                    and c.last_enqueued < max_enq
+                add(r, SuspectWhy("not_in", g, top_op, peers=_peers(waiting), where=_where(r), stuck=r.stuck,
+                                  timed_out=died, seq=max_enq if behind else None,
+                                  enqueued=c.last_enqueued if behind and c is not None else None), score)
             if not known:
                 for r in outside:
-                    add(r, f"not seen in {top_op} with {_ranks(waiting)} of {g}{died}: {_where(r)}", 30)
+                    add(r, SuspectWhy("not_seen", g, top_op, peers=_peers(waiting), where=_where(r),
+                                      timed_out=died), 30)
             if timed_out and live and not outside:
                 # no live rank stands outside the collective: the dead ones are what there is to show
                 for r in timed_out:
-                    add(r, f"{r.actor.state} ({_death(r)}); no live rank of {g} is seen outside {top_op}", 50)
+                    add(r, SuspectWhy("timed_out", g, top_op, fate=_fate(r)), 50)
 
     if controller_waits is not None:
         for g, members in groups.items():
@@ -188,15 +160,11 @@ def find_suspects(ranks: list[RankDump]) -> list[Suspect]:
             idle = [r for r in members if not r.actor.task and r.actor.state == "ALIVE"]
             if running and idle:
                 for r in running:
-                    add(r, f"the controller waits in ray.get ({controller_waits.blocked_on.frame}) and "
-                           f"{_ranks(idle)} of {g} finished; {_where(r)}{_motion(r)}", 60)
+                    add(r, SuspectWhy("controller", g, peers=_peers(idle), where=_where(r), stuck=r.stuck,
+                                      frame=controller_waits.blocked_on.frame), 60)
         via = controller_waits.blocked_on.frame if controller_waits.blocked_on else None
-        out = [
-            Suspect(s.actor_id, s.worker_group, s.rank,
-                    s.reason if "controller" in s.reason else f"{s.reason} (the controller waits on it in ray.get at {via})",
-                    s.score, s.pid)
-            for s in out
-        ]
+        out = [s if s.why[0].kind == "controller" else
+               replace(s, why=(replace(s.why[0], controller_waits=True, controller_at=via),)) for s in out]
     # one line per process: keep its strongest reason
     best: dict[tuple[str, int | None], Suspect] = {}
     for s in out:

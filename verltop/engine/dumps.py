@@ -40,7 +40,7 @@ from verltop.sources.local import process_title
 from verltop.sources.pyspy import DumpOptions
 from verltop.sources.stacks import StackCapture, Target
 from verltop.sources.watchdog import TAIL_LINES, fetch_watchdog, parse_watchdog
-from verltop.text.pending import not_placed
+from verltop.text.ras import ras_notes
 
 log = logging.getLogger("verltop.dump")
 
@@ -223,10 +223,10 @@ class DumpJob:
         return self.report
 
     def _analyse(self) -> DumpReport:
+        notes = tuple(dict.fromkeys((*self.notes, *ras_notes(self.ras))))  # what RAS found, in words
         return analyse([*self.targets, *self.drivers], self.samples, self.clock(), self.collectives,
-                       native=self.native_used, notes=self.notes, children=self.children, deaths=self.deaths,
-                       tasks=self.tasks, refs=self.refs, ras=self.ras, pending=self.pending,
-                       not_placed=not_placed)
+                       native=self.native_used, notes=notes, children=self.children, deaths=self.deaths,
+                       tasks=self.tasks, refs=self.refs, ras=self.ras, pending=self.pending)
 
     async def _wait_graph(self) -> tuple[list[RawTask], list[RawObjectRef]]:
         """Running tasks (with their parents) and pending object references: who waits on whom."""

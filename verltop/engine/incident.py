@@ -18,11 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from verltop.analysis.chains import chain_text, group_chains
+from verltop.analysis.chains import group_chains
 from verltop.analysis.incidents import Diagnosis, diagnose
 from verltop.analysis.merge import compact_labels
 from verltop.model import DumpReport, Snapshot
 from verltop.text.cells import utc_stamp, utc_time
+from verltop.text.chains import chain_text
 from verltop.text.contract import chain_json, dump_json, suspect_json
 from verltop.text.incidents import incident_summary
 from verltop.text.stalls import stall_reason

@@ -19,7 +19,7 @@ from verltop.model.pending import (
     RawPlacementGroup,
 )
 from verltop.model.problems import Problem
-from verltop.model.ras import RasComm, RasRank, RasReport
+from verltop.model.ras import RasComm, RasFinding, RasRank, RasReport
 from verltop.model.raw import (
     Gpu,
     Node,
@@ -42,12 +42,17 @@ from verltop.model.stacks import (
     CollectiveInfo,
     Death,
     DumpReport,
+    EndWhy,
+    Fate,
     Frame,
+    Peers,
     ProcessDump,
     RankDump,
     StackGroup,
     Suspect,
+    SuspectWhy,
     ThreadStack,
+    Where,
 )
 from verltop.model.steps import PHASES, GroupWork, PhaseRun, Step
 
@@ -67,6 +72,8 @@ __all__ = [
     "DoctorNode",
     "DoctorReport",
     "DumpReport",
+    "EndWhy",
+    "Fate",
     "Finding",
     "FrEntry",
     "FrRank",
@@ -76,6 +83,7 @@ __all__ = [
     "Mismatch",
     "Node",
     "NodeLoad",
+    "Peers",
     "PendingItem",
     "PhaseRun",
     "Problem",
@@ -85,6 +93,7 @@ __all__ = [
     "ProcessDump",
     "RankDump",
     "RasComm",
+    "RasFinding",
     "RasRank",
     "RasReport",
     "RawActor",
@@ -100,5 +109,7 @@ __all__ = [
     "Stall",
     "Step",
     "Suspect",
+    "SuspectWhy",
     "ThreadStack",
+    "Where",
 ]

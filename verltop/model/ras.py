@@ -45,3 +45,21 @@ class RasReport:
     comms: tuple[RasComm, ...]
     missing_processes: tuple[tuple[int | None, str | None], ...] = ()  # (pid, host) of job processes not answering
     source: str = "json"  # "json" | "text"
+
+
+@dataclass(frozen=True, slots=True)
+class RasFinding:
+    """One fact about one rank of one communicator."""
+
+    kind: str  # "behind" | "mismatch" | "missing" | "aborted"
+    comm: str  # communicator hash
+    comm_size: int | None
+    rank: int | None
+    pid: int | None
+    host: str | None
+    op: str | None = None  # RAS's type name, e.g. "AllReduce"
+    count: int | None = None  # operations of that type this rank enqueued
+    peers_count: int | None = None  # the most its peers enqueued
+    peers: tuple[int, ...] = ()  # ranks that are ahead (they wait in the collective)
+    dead: bool | None = None
+    peer_op: str | None = None  # "mismatch": what the others issued instead

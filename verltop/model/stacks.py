@@ -1,11 +1,14 @@
-"""Stacks and dumps: py-spy samples, what each rank waits in, wait chains and suspects."""
+"""Stacks and dumps: py-spy samples, what each rank waits in, wait chains and suspects, and why (as data:
+``verltop.text.chains`` and ``verltop.text.suspects`` put the reasons in words)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from verltop.model.pending import PendingItem
 from verltop.model.problems import Problem
+from verltop.model.ras import RasFinding
 from verltop.model.rows import ActorRow
 
 
@@ -115,11 +118,99 @@ class RankDump:
 
 
 @dataclass(frozen=True, slots=True)
+class EndWhy:
+    """Why a wait chain stops at a process: it waits on nothing a dump can see."""
+
+    # dead | unreadable (no stack) | own_code | http | children (none dumped or at work) | zmq
+    # | not_dumped (a ray.get on tasks no dumped process runs) | peers (a collective none of its peers is outside)
+    # | idle | not_placed (a ray.get on workers that do not exist yet) | said (a sentence an older verltop wrote)
+    kind: str
+    frame: str | None = None  # where it waits (``file:line func``)
+    what: str | None = None  # what it waits in (``ray.get``, ``all_reduce #5``, ``recv_multipart``)
+    stuck: bool | None = None  # its stack did not move between samples; False: it moved; None: not known
+    state: str | None = None  # dead: DEAD or RESTARTING
+    death: Death | None = None  # dead: why it died
+    error: str | None = None  # unreadable: why its stack could not be read
+    pending: PendingItem | None = None  # not_placed: the placement group Ray has not placed
+    text: str | None = None  # said: the recorded sentence
+
+
+@dataclass(frozen=True, slots=True)
+class Peers:
+    """The ranks of a group a reason measures a suspect against: their numbers (where known) and how many."""
+
+    ranks: tuple[int, ...]
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Fate:
+    """How a rank died, as a reason quotes it: its classified death, else Ray's death cause."""
+
+    state: str  # DEAD | RESTARTING
+    death: Death | None = None
+    cause: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Where:
+    """Where a suspect is while its peers wait."""
+
+    kind: str  # at (in ``task`` at ``frame``) | waits (in ``op`` at ``frame``) | unreadable | elsewhere
+    task: str | None = None
+    op: str | None = None
+    frame: str | None = None
+    error: str | None = None  # unreadable: why its stack could not be read
+
+
+@dataclass(frozen=True, slots=True)
+class SuspectWhy:
+    """One reason a process (or a placement group) is a suspect."""
+
+    # dead_waited: it died while its live peers wait in ``op``
+    # dead_live_on: it died while its peers live on
+    # died_first: the whole group died; it of its own cause, ``after`` of theirs
+    # timed_out: NCCL's watchdog killed it in ``op``; no live rank is outside it
+    # mismatch: it waits in ``op`` while its peers wait in ``ops``
+    # not_in / not_seen: its peers wait in ``op``, it is ``where`` (not_seen: its stack was not read)
+    # controller: the controller waits in ray.get at ``frame``; its peers finished, it is ``where``
+    # tp: a TP worker (``process``) not in ``ops`` with its TP peers of ``owner`` (children of ``pid``)
+    # chain_end: the end of ``chain`` | not_placed: ``pending`` (``role`` waits on it in ``op`` at ``frame``)
+    # ras: what NCCL RAS says of it (``finding``) | said: a sentence an older verltop recorded (``text``)
+    kind: str
+    group: str | None = None  # the worker group
+    op: str | None = None
+    ops: tuple[str, ...] = ()
+    peers: Peers | None = None
+    where: Where | None = None
+    stuck: bool | None = None
+    fate: Fate | None = None
+    after: tuple[Fate, ...] = ()  # died_first: the ranks that died after it
+    after_peers: Peers | None = None
+    timed_out: Peers | None = None  # not_in / not_seen: the ranks NCCL's watchdog killed in ``op``
+    seq: int | None = None  # not_in: the collective its peers reached and it never did (NCCL's count) ...
+    enqueued: int | None = None  # ... and the last one it enqueued
+    frame: str | None = None
+    controller_waits: bool = False  # the controller waits on it in ray.get (at ``controller_at``)
+    controller_at: str | None = None
+    process: str | None = None
+    owner: str | None = None
+    pid: int | None = None
+    role: str | None = None  # not_placed: who waits ("driver" | "controller")
+    chain: Chain | None = None
+    pending: PendingItem | None = None
+    finding: RasFinding | None = None
+    text: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Suspect:
+    """A process (or a placement group) that holds the others up, and why (one reason or several)."""
+
     actor_id: str
     worker_group: str | None
     rank: int | None
-    reason: str
+    why: tuple[SuspectWhy, ...]
     score: float = 0.0
     pid: int | None = None  # the process: the actor's own, or one of its children
     placement_group_id: str | None = None  # set when the suspect is a placement group Ray cannot place
@@ -142,7 +233,7 @@ class ChainEnd:
     pid: int | None
     process: str | None  # its title when it is a child process
     frame: str | None
-    reason: str
+    why: EndWhy
     # a wait on workers that do not exist yet ends in the placement group Ray has not placed for them
     placement_group_id: str | None = None
 

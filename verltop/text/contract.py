@@ -34,8 +34,10 @@ from verltop.model import (
     Step,
     Suspect,
 )
+from verltop.text.chains import end_text
 from verltop.text.pending import pending_reason
 from verltop.text.stalls import stall_reason, stall_reasons, stall_target
+from verltop.text.suspects import suspect_reason
 
 
 def _round(v: float | None) -> float | None:
@@ -247,7 +249,7 @@ def group_json(g: StackGroup) -> dict[str, Any]:
 def suspect_json(s: Suspect) -> dict[str, Any]:
     """A suspect (``suspects[]``): the process (or placement group) and why."""
     return {"actor_id": s.actor_id or None, "worker_group": s.worker_group, "rank": s.rank,
-            "pid": s.pid, "reason": s.reason, "placement_group_id": s.placement_group_id}
+            "pid": s.pid, "reason": suspect_reason(s), "placement_group_id": s.placement_group_id}
 
 
 def chain_json(c: Chain) -> dict[str, Any]:
@@ -262,7 +264,7 @@ def link_json(lk: ChainLink) -> dict[str, Any]:
 
 def chain_end_json(e: ChainEnd) -> dict[str, Any]:
     """Where a wait chain ends, and why there."""
-    return {"pid": e.pid, "process": e.process, "frame": e.frame, "reason": e.reason,
+    return {"pid": e.pid, "process": e.process, "frame": e.frame, "reason": end_text(e),
             "placement_group_id": e.placement_group_id}
 
 

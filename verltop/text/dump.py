@@ -3,12 +3,14 @@ dumps), every thread of every rank, and a suspect's label."""
 
 from __future__ import annotations
 
-from verltop.analysis.chains import chain_text, group_chains
+from verltop.analysis.chains import group_chains
 from verltop.analysis.collectives import calling_frame, collective_pending
 from verltop.analysis.merge import build_tree, compact_labels, label_title, rank_label
 from verltop.model import DumpReport, RankDump, Suspect
 from verltop.text.cells import table
+from verltop.text.chains import chain_text
 from verltop.text.stacks import tree_text
+from verltop.text.suspects import suspect_reason
 
 
 def dump_text(r: DumpReport) -> str:
@@ -28,7 +30,7 @@ def dump_text(r: DumpReport) -> str:
     if r.suspects:
         out.append("SUSPECTS (most likely first)")
         for s in r.suspects:
-            out.append(f"  {suspect_label(s, r)}: {s.reason}")
+            out.append(f"  {suspect_label(s, r)}: {suspect_reason(s)}")
     else:
         out.append("SUSPECTS: none (no rank stands apart from its peers)")
     out.append("")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from verltop.analysis.incidents import Diagnosis
+from verltop.text.suspects import suspect_reason
 
 
 def incident_summary(d: Diagnosis, began: str, detected: str) -> str:
@@ -13,7 +14,7 @@ def incident_summary(d: Diagnosis, began: str, detected: str) -> str:
         s = d.suspects[0]
         who = f"rank {s.rank} of {s.worker_group}" if s.worker_group and s.rank is not None else s.actor_id[:12]
         more = f" (and {len(d.suspects) - 1} more)" if len(d.suspects) > 1 else ""
-        parts.append(f"Suspect: {who}{more}: {s.reason}.")
+        parts.append(f"Suspect: {who}{more}: {suspect_reason(s)}.")
     elif d.waits or d.deaths:
         parts.append("No rank stands apart from its peers.")
     else:

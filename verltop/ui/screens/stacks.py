@@ -10,12 +10,14 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Static
 from textual.worker import Worker, WorkerState
 
-from verltop.analysis.chains import group_chains, hop_text
+from verltop.analysis.chains import group_chains
 from verltop.analysis.collectives import calling_frame, collective_pending
 from verltop.analysis.merge import build_tree, compact_labels, label_title, rank_label, render_tree
 from verltop.engine import DumpJob, DumpOptions, DumpProgress
 from verltop.model import DumpReport, RankDump, Snapshot
+from verltop.text.chains import end_text, hop_text
 from verltop.text.pending import not_placed
+from verltop.text.suspects import suspect_reason
 from verltop.ui import keymap
 from verltop.ui.widgets.footer import Footer
 
@@ -227,7 +229,7 @@ class StackScreen(Screen):
             txt = Text("SUSPECTS — most likely first\n", style="bold red")
             for s in r.suspects:
                 txt.append(f" ▶ {suspect_label(s, r)}  ", style="bold")
-                txt.append(s.reason + "\n")
+                txt.append(suspect_reason(s) + "\n")
             sus.update(txt)
             sus.set_class(False, "-none")
         else:
@@ -344,6 +346,7 @@ def chains_rich(r: DumpReport) -> Text:
                 t.append(" → ", style="grey50")
             last = i == len(c.path) - 1
             t.append(hop_text(link, i == 0), style="bold red" if last else "cyan")
-        t.append(f": {c.ends_in.reason}", style="yellow" if "did not move" in c.ends_in.reason else "")
+        end = end_text(c.ends_in)
+        t.append(f": {end}", style="yellow" if "did not move" in end else "")
         t.append(f"  (×{n})\n" if n > 1 else "\n", style="grey50")
     return t
