@@ -87,8 +87,8 @@ def node_json(n: Node) -> dict[str, Any]:
     }
 
 
-def actor_json(a: ActorRow) -> dict[str, Any]:
-    """One actor (``actors[]``): its rank, task, use, stalls and processes."""
+def _identity(a: ActorRow) -> dict[str, Any]:
+    """The fields that say which actor and rank a row is, first in both ``actors[]`` and ``ranks[]``."""
     return {
         "actor_id": a.actor_id,
         "actor_name": a.actor_name,
@@ -103,6 +103,13 @@ def actor_json(a: ActorRow) -> dict[str, Any]:
         "roles": list(a.roles),
         "task": a.task,
         "task_running_s": _round(a.task_running_s),
+    }
+
+
+def actor_json(a: ActorRow) -> dict[str, Any]:
+    """One actor (``actors[]``): its rank, task, use, stalls and processes."""
+    return {
+        **_identity(a),
         "gpu_index": a.gpu_index,
         "gpu_util_percent": a.gpu_util_percent,
         "gpu_mem_bytes": a.gpu_mem_bytes,
@@ -186,19 +193,8 @@ def rank_json(x: RankDump) -> dict[str, Any]:
     """One dumped process (``ranks[]``): its actor's fields, where it waits, its stack."""
     a = x.actor
     return {
-        "actor_id": None if x.is_driver else a.actor_id,
-        "actor_name": a.actor_name,
-        "class_name": a.class_name,
-        "pid": a.pid,
-        "node_ip": a.node_ip,
-        "state": a.state,
-        "worker_group": a.worker_group,
-        "rank": a.rank,
-        "world_size": a.world_size,
-        "role": a.role,
-        "roles": list(a.roles),
-        "task": a.task,
-        "task_running_s": _round(a.task_running_s),
+        **_identity(a),
+        "actor_id": None if x.is_driver else a.actor_id,  # keeps its first place in the object
         "process": x.process,
         "parent_pid": x.parent_pid,
         "blocked_on": blocked_json(x.blocked_on) if x.blocked_on else None,
