@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 
@@ -44,9 +44,8 @@ async def _value(cond: Callable[[], Any]) -> Any:
     return await v if inspect.isawaitable(v) else v
 
 
-async def wait_until_async(cond: Callable[[], Any], timeout: float, what: str, step: float = 0.1,
-                           detail: Callable[[], Any] | None = None) -> Any:
-    """:func:`wait_until` on the event loop: other tasks (a monitor, a fake dashboard) run between polls."""
+async def _poll(cond: Callable[[], Any], timeout: float, what: str, step: float,
+                detail: Callable[[], Any] | None, pause: Callable[[float], Awaitable[Any]]) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         last = await _value(cond)
@@ -54,17 +53,16 @@ async def wait_until_async(cond: Callable[[], Any], timeout: float, what: str, s
             return last
         if time.monotonic() >= deadline:
             raise _fail(timeout, what, last, detail)
-        await asyncio.sleep(step)
+        await pause(step)
+
+
+async def wait_until_async(cond: Callable[[], Any], timeout: float, what: str, step: float = 0.1,
+                           detail: Callable[[], Any] | None = None) -> Any:
+    """:func:`wait_until` on the event loop: other tasks (a monitor, a fake dashboard) run between polls."""
+    return await _poll(cond, timeout, what, step, detail, asyncio.sleep)
 
 
 async def pilot_wait(pilot: Any, cond: Callable[[], Any], timeout: float, what: str, step: float = 0.1,
                      detail: Callable[[], Any] | None = None) -> Any:
     """:func:`wait_until` in a Textual test: ``pilot.pause`` between polls so the app refreshes and repaints."""
-    deadline = time.monotonic() + timeout
-    while True:
-        last = await _value(cond)
-        if last:
-            return last
-        if time.monotonic() >= deadline:
-            raise _fail(timeout, what, last, detail)
-        await pilot.pause(step)
+    return await _poll(cond, timeout, what, step, detail, pilot.pause)

@@ -22,7 +22,9 @@ async def test_pending_group_then_release():
             await pilot_wait(pilot, lambda: PG in t.keys, 10, "the pending placement group's line")
             assert t.keys[:2] == ["grp:pending", PG]
             assert t.cells("grp:pending")["group"].startswith("▼ pending  1 placement group")
-            line = t.cells(PG)["pending"]
+            # the nodes' capacities come in their own poll: until then the line says only what Ray says
+            line = await pilot_wait(pilot, lambda: (x := t.cells(PG)["pending"]) and "no node has" in x and x, 10,
+                                    "the line to name the nodes' free CPUs")
             assert "job2verl_group_4:0" in line and "NO_RESOURCES" in line
             assert "no node has 4 CPU free for all bundles together (node 192.0.2.2: 4 CPU, 0 free)" in line
             # the line under the table has the whole reason; Enter opens the facts
