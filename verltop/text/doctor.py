@@ -77,18 +77,13 @@ def doctor_text(r: DoctorReport, color: bool = False) -> str:
     lines += [line(row) for row in rows]
     if not color and marks:
         lines.append("* differs from the majority   ! a problem (below)")
-    if r.mismatches:
-        lines += ["", f"MISMATCHES ({len(r.mismatches)})"]
-        for m in r.mismatches:
-            lines.append(f"  - {m.problem.message}")
-            if m.problem.remedy:
-                lines.append(f"    fix: {m.problem.remedy}")
-    if r.problems:
-        lines += ["", f"PROBLEMS ({len(r.problems)})"]
-        for p in r.problems:
-            lines.append(f"  - {p.problem.message}")
-            if p.problem.remedy:
-                lines.append(f"    fix: {p.problem.remedy}")
+    for title, found in (("MISMATCHES", r.mismatches), ("PROBLEMS", r.problems)):
+        if found:
+            lines += ["", f"{title} ({len(found)})"]
+            for f in found:
+                lines.append(f"  - {f.problem.message}")
+                if f.problem.remedy:
+                    lines.append(f"    fix: {f.problem.remedy}")
     for n in r.notes:
         lines.append(f"note: {n}")
     return "\n".join(lines)
