@@ -66,7 +66,7 @@ async def test_stall_marks_then_dump_names_the_stuck_rank(demo_with_history, hun
         assert table.selected_key() == key, (table.selected_key(), table.keys)
         await pilot.press("d")
         screen = app.screen
-        assert isinstance(screen, StackScreen) and screen.group == group
+        assert isinstance(screen, StackScreen) and screen.scope == group
         await pilot_wait(pilot, lambda: screen.report is not None, 60, "the dump", step=0.2)
         report = screen.report
         assert screen.job.first_rank_s is not None and screen.job.first_rank_s * 1000 < FIRST_RANK_MS, screen.job.first_rank_s
