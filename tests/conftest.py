@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.net import NO_RAY_CLUSTER
+
 FIX = Path(__file__).parent / "fixtures" / "real-gpu"
 
 
@@ -39,6 +41,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             it.add_marker(pytest.mark.xdist_group("clusters"))
         elif Path(str(it.path)).name in _FIXED_PORT_MODULES:
             it.add_marker(pytest.mark.xdist_group("fixed-ports"))
+    # the real-cluster tests are the long pole: they go first, so their worker starts on them at once
+    items.sort(key=lambda it: it.get_closest_marker("ray") is None)
 
 
 @pytest.fixture(autouse=True)
@@ -48,4 +52,4 @@ def _no_stray_ray_cluster(request: pytest.FixtureRequest, monkeypatch: pytest.Mo
     have. A GCS address where nothing listens makes a probe fail at once, as on a machine without Ray;
     RAY_ADDRESS is not an http(s) URL, so the dashboard address is unaffected."""
     if request.node.get_closest_marker("ray") is None and "RAY_ADDRESS" not in os.environ:
-        monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
+        monkeypatch.setenv("RAY_ADDRESS", NO_RAY_CLUSTER)

@@ -11,3 +11,9 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# A GCS address where nothing listens (port 1 is privileged and unused): a probe given it fails at once, as on
+# a machine without Ray. Tests on synthetic dashboards run with it, so they never ray.init into a real cluster
+# that runs on this machine meanwhile (the other test worker's).
+NO_RAY_CLUSTER = "127.0.0.1:1"

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import stat
 import subprocess
 import sys
 
 import pytest
 
+from tests.faults.helpers import clean_env
 from tests.net import free_port
 from tests.replay_server import ReplayDashboard
 
@@ -23,10 +23,8 @@ NODE_KEYS = {"node_id", "ip", "hostname", "cpu_percent", "mem_used_bytes", "mem_
 
 
 def run(*args, env=None, timeout=60):
-    e = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    e["HOME"] = "/nonexistent-verltop-home"
-    e.update(env or {})
-    return subprocess.run([sys.executable, "-m", "verltop", *args], capture_output=True, text=True, env=e,
+    return subprocess.run([sys.executable, "-m", "verltop", *args], capture_output=True, text=True,
+                          env=clean_env(**(env or {})),
                           timeout=timeout)
 
 

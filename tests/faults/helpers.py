@@ -16,14 +16,18 @@ import threading
 import time
 from pathlib import Path
 
+from tests.net import NO_RAY_CLUSTER
 from tests.wait import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    """This process' environment without RAY_ variables and with a home that has no ~/.ray/auth_token."""
+    """This process' environment without RAY_ variables and with a home that has no ~/.ray/auth_token (but
+    with the stand-in GCS address that keeps a test on a synthetic dashboard off real clusters, where set)."""
     e = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    if os.environ.get("RAY_ADDRESS") == NO_RAY_CLUSTER:
+        e["RAY_ADDRESS"] = NO_RAY_CLUSTER
     e["HOME"] = "/nonexistent-verltop-home"
     e.update(extra)
     return e

@@ -223,10 +223,11 @@ def test_snapshot_cli_asks_ras():
     import subprocess
     import sys
 
+    from tests.faults.helpers import clean_env
     from tests.replay_server import ReplayDashboard
 
     body = captured("default_hang10_status_json").replace('"pid": 629', '"pid": 2120').replace('"pid": 630', '"pid": 2125')
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env = clean_env(HOME=os.environ.get("HOME", "/"))
     with ReplayDashboard() as d, RasServer({"json": body, "text": ""}) as srv:
         p = subprocess.run([sys.executable, "-m", "verltop", "--address", d.url, "snapshot", "--json",
                             "--ras-addr", f"127.0.0.1:{srv.port}", "--cpu-window", "0"],
