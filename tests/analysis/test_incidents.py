@@ -7,10 +7,9 @@ from dataclasses import replace
 
 from tests.analysis.helpers import controller_in_get, in_collective, row, sleeping
 from verltop.analysis.dump import analyse
-from verltop.analysis.incidents import IncidentTracker, death_is_failure, diagnose
+from verltop.analysis.incidents import IncidentTracker, death_is_failure
 from verltop.model import CollectiveInfo, Problem, Snapshot, SourceStatus, Stall
-from verltop.text.incidents import incident_summary
-from verltop.text.stalls import stall_reason
+from verltop.text.incidents import diagnose, incident_summary
 
 T0 = 1.79e9
 PEERS = Stall("peers", running_s=40.0, method="update_actor", peers=3, peers_done_s=35.0)
@@ -103,7 +102,7 @@ def demo_report():
 
 def test_the_summary_names_the_straggler_and_the_collective_its_peers_wait_in():
     s = snap(T0 + 30, stalled=(0, 1, 3))
-    d = diagnose(s, demo_report(), ("wg",), stall_reason)
+    d = diagnose(s, demo_report(), ("wg",))
     assert [(w.op, w.ranks, w.collective) for w in d.waits] == [("all_reduce", ("wg:0", "wg:1", "wg:3"), "all_reduce #5")]
     assert d.suspects[0].rank == 2
     text = incident_summary(d, "03:12:40 UTC", "03:12:58 UTC")
@@ -116,11 +115,11 @@ def test_the_summary_names_the_straggler_and_the_collective_its_peers_wait_in():
 
 def test_without_stacks_the_summary_says_so_and_lists_deaths():
     s = snap(T0 + 30, stalled=(0, 1), dead={3: CRASH})
-    d = diagnose(s, None, ("wg",), stall_reason, notes=("stacks not taken: 6 captures in the last hour already",))
+    d = diagnose(s, None, ("wg",), notes=("stacks not taken: 6 captures in the last hour already",))
     text = incident_summary(d, "a", "b")
     assert "No stacks were taken." not in text  # a death is a finding
     assert "Died: wg:3 DEAD: " + CRASH in text and "stacks not taken" in text
-    text2 = incident_summary(diagnose(snap(T0 + 30, stalled=(0,)), None, ("wg",), stall_reason), "a", "b")
+    text2 = incident_summary(diagnose(snap(T0 + 30, stalled=(0,)), None, ("wg",)), "a", "b")
     assert "No stacks were taken." in text2
 
 
@@ -151,7 +150,7 @@ def test_wait_chains_and_classified_deaths_in_the_summary():
     ranks = tuple(replace(r, death=Death("nccl_timeout", "all_reduce #5 timed out after 600 s"))
                   if r.actor.actor_id == "a3" else r for r in rep.ranks)
     rep = replace(rep, ranks=ranks, chains=(chain,))
-    d = diagnose(s, rep, ("wg",), stall_reason, chains=(chain_text(chain),))
+    d = diagnose(s, rep, ("wg",), chains=(chain_text(chain),))
     text = incident_summary(d, "a", "b")
     assert f"Wait chains: {chain_text(chain)}." in text
     assert chain_text(chain).endswith(": in its own code at workers.py:55 _stuck_rollout")

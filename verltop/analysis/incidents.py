@@ -12,12 +12,10 @@ the job's.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from verltop.analysis.collectives import collective_pending
-from verltop.analysis.merge import compact_labels
-from verltop.model import ActorRow, Death, DumpReport, RankDump, Snapshot, Stall, Suspect
+from verltop.model import ActorRow, DumpReport, RankDump, Snapshot
 
 # Ray's words for a death nobody needs to be told about: the job ended, or someone killed it on purpose
 _INTENDED = ("INTENDED_USER_EXIT", "INTENDED_SYSTEM_EXIT", "killed by `ray.kill`", "ray.kill", "exit_actor",
@@ -115,7 +113,7 @@ class IncidentTracker:
         return out
 
 
-# ---------------------------------------------------------------- the diagnosis
+# ---------------------------------------------------------------- where the ranks wait (the diagnosis' facts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,22 +125,6 @@ class Wait:
     ranks: tuple[str, ...]  # rank labels ("abcd:0")
     frame: str | None
     collective: str | None  # "all_reduce #5" when the watchdog or Flight Recorder named it
-
-    def text(self) -> str:
-        what = f"{self.op}" + (f" ({self.collective})" if self.collective and self.collective != self.op else "")
-        at = f" at {self.frame}" if self.frame else ""
-        return f"ranks {compact_labels(self.ranks)} wait in {what}{at}"
-
-
-@dataclass(frozen=True, slots=True)
-class Diagnosis:
-    phase: str | None
-    groups: tuple[str, ...]
-    suspects: tuple[Suspect, ...]
-    waits: tuple[Wait, ...]
-    chains: tuple[str, ...]
-    evidence: tuple[str, ...]
-    deaths: tuple[str, ...]
 
 
 def label(a: ActorRow) -> str:
@@ -173,50 +155,3 @@ def _collective(ranks: list[RankDump]) -> str | None:
     named = Counter(f"{c.op} #{c.seq}" if c.seq is not None else c.op for r in ranks
                     if (c := r.collective) is not None and c.op and collective_pending(c))
     return named.most_common(1)[0][0] if named else None
-
-
-def diagnose(snap: Snapshot, report: DumpReport | None, groups: tuple[str, ...], stall_text: Callable[[Stall], str],
-             chains: tuple[str, ...] = (), notes: tuple[str, ...] = (), latest: Snapshot | None = None) -> Diagnosis:
-    """What an incident says: phase, groups, suspects, where the others wait, wait chains, evidence. ``snap``
-    is the snapshot it was detected in (the stalls); ``latest`` a later one (ranks that died since).
-    ``stall_text`` (``verltop.text.stalls.stall_reason``) and ``chains`` come in the text layer's words."""
-    rows = [a for a in snap.actors if job_actor(a) and group_of(a) in groups]
-    now_rows = [a for a in (latest or snap).actors if job_actor(a) and group_of(a) in groups]
-    evidence: list[str] = []
-    for g in groups:
-        grp = [a for a in rows if group_of(a) == g]
-        st = [a for a in grp if a.stalled and a.state == "ALIVE"]
-        if st:
-            first = stall_text(st[0].stalls[0]) if st[0].stalls else ""
-            evidence.append(f"{len(st)} of {len(grp)} actors of {g} stalled ({first})")
-        spin = [a for a in st if a.gpu_util_percent is not None and a.gpu_util_percent >= 90]
-        if spin:
-            evidence.append(f"GPUs of {compact_labels(label(a) for a in spin)} at ≥ 90 % while stalled "
-                            "(a wait in NCCL spins the GPU: not progress)")
-    # a death the dump classified (NCCL timeout, CUDA OOM, a signal...) says more than Ray's first line
-    classified = {r.actor.actor_id: r.death for r in (report.ranks if report else ()) if r.death and r.process is None}
-    deaths = tuple(f"{label(a)} {a.state}: {_death_text(classified.get(a.actor_id), a)}" for a in now_rows
-                   if a.state in ("DEAD", "RESTARTING") and death_is_failure(a))
-    ws: list[Wait] = []
-    sus: tuple[Suspect, ...] = ()
-    if report is not None:
-        ws = waits(report, groups)
-        sus = report.suspects
-        stuck = [r for r in report.ranks if r.stuck and r.process is None]
-        if report.samples > 1 and stuck:
-            evidence.append(f"stacks of {compact_labels(label(r.actor) for r in stuck)} unchanged across "
-                            f"{report.samples} samples")
-        for r in report.ranks:
-            c = r.collective
-            if c is not None and c.source == "watchdog_log" and c.op and r.process is None:
-                evidence.append(f"NCCL watchdog on {label(r.actor)}: {c.op} #{c.seq} timed out (last enqueued "
-                                f"{c.last_enqueued}, last completed {c.last_completed})")
-        evidence += [f"note: {n}" for n in report.notes]
-    evidence += [f"note: {n}" for n in notes]
-    return Diagnosis(snap.phase, groups, sus, tuple(ws), chains, tuple(dict.fromkeys(evidence)), deaths)
-
-
-def _death_text(death: Death | None, a: ActorRow) -> str:
-    if death is not None:
-        return f"{death.kind}: {death.detail}" if death.detail else death.kind
-    return a.death_cause or "no cause given yet"

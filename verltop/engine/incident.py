@@ -19,14 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from verltop.analysis.chains import group_chains
-from verltop.analysis.incidents import Diagnosis, diagnose
 from verltop.analysis.merge import compact_labels
 from verltop.model import DumpReport, Snapshot
 from verltop.text.cells import utc_stamp, utc_time
 from verltop.text.chains import chain_text
 from verltop.text.contract import chain_json, dump_json, suspect_json
-from verltop.text.incidents import incident_summary
-from verltop.text.stalls import stall_reason
+from verltop.text.incidents import Diagnosis, diagnose, incident_summary
 
 INCIDENTS = "incidents"
 
@@ -98,7 +96,7 @@ class Incident:
         if self.capture_note:
             notes = (self.capture_note, *notes)
         _, chains = chain_texts(self.report)
-        self.diagnosis = diagnose(first, self.report, tuple(self.groups), stall_reason, chains, notes, self.snap)
+        self.diagnosis = diagnose(first, self.report, tuple(self.groups), chains, notes, self.snap)
         began = utc_time(self.started_at) if self.started_at is not None else "-"
         self.summary = incident_summary(self.diagnosis, began, utc_time(self.detected_at))
 
