@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
+
+from verltop.sources import ray_session
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 
@@ -12,7 +15,7 @@ DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 @dataclass(frozen=True, slots=True)
 class Endpoint:
     address: str
-    address_from: str  # "--address" | "RAY_DASHBOARD_ADDRESS" | "RAY_ADDRESS" | "default"
+    address_from: str  # "--address" | "RAY_DASHBOARD_ADDRESS" | "RAY_ADDRESS" | "default" | "local Ray session"
     token: str | None  # never printed, logged or saved
     token_from: str | None  # where it came from (safe to show)
 
@@ -71,7 +74,27 @@ def resolve_token(env: dict[str, str] | None = None, home: Path | None = None) -
     return None, None
 
 
+def local_session_address(env: dict[str, str] | None = None, answers: Callable[[str], bool] | None = None) -> str | None:
+    """The latest local Ray session's dashboard when the default address does not answer, else None.
+
+    Only when nothing names a cluster: a non-http ``RAY_ADDRESS`` (a GCS address) names one whose
+    dashboard need not be the local session's."""
+    env = os.environ if env is None else env
+    if env.get("RAY_ADDRESS", "").strip() not in ("", "auto", "local"):
+        return None
+    answers = answers or ray_session.answers
+    if answers(DEFAULT_ADDRESS):
+        return None
+    found = ray_session.session_dashboard(env)
+    return found if found and found != DEFAULT_ADDRESS and answers(found) else None
+
+
 def resolve(cli_address: str | None = None) -> Endpoint:
+    """The dashboard (flag, variables, the default, else the local Ray session's) and the token."""
     addr, src = resolve_address(cli_address)
+    if src == "default":
+        found = local_session_address()
+        if found:
+            addr, src = found, "local Ray session"
     tok, tsrc = resolve_token()
     return Endpoint(address=addr, address_from=src, token=tok, token_from=tsrc)
