@@ -16,6 +16,7 @@ from verltop.analysis.merge import build_tree, compact_labels, label_title, rank
 from verltop.engine import DumpJob, DumpOptions, DumpProgress
 from verltop.model import DumpReport, RankDump, Snapshot
 from verltop.text.chains import end_text, hop_text
+from verltop.text.dump import dumped_text
 from verltop.text.pending import not_placed
 from verltop.text.suspects import suspect_reason
 from verltop.ui import keymap
@@ -208,12 +209,11 @@ class StackScreen(Screen):
             t.add_row(*cells, key=key)
 
     def _show_report(self, r: DumpReport) -> None:
-        ok = sum(1 for x in r.ranks if x.error is None)
         took = f", in {self.job.elapsed_s:.1f} s" if self.job and self.job.elapsed_s is not None else ""
         st = Text(style="bold")
         if self.title:
             st.append(f"{self.title}: ", style="cyan")
-        st.append(f"{ok}/{len(r.ranks)} ranks dumped, {r.samples} samples ~1 s apart{took}")
+        st.append(f"{dumped_text(r)}, {r.samples} samples ~1 s apart{took}")
         if r.notes:
             st.append("   " + "; ".join(r.notes), style="yellow")
         keys = "Enter: full stack · w: write · r: again · Esc: back" if self.app.engine.live else \

@@ -151,6 +151,11 @@ def legend() -> Text:
     return t
 
 
+def skew_text(s: float) -> str:
+    """A skew in one format down a column: ``0.0s``, ``1.5s``, ``12s``, ``3m05s`` (never ``0s`` next to ``0.4s``)."""
+    return f"{max(s, 0.0):.1f}s" if s < 9.95 else duration(s)
+
+
 def skew_sentence(r: PhaseRun, now: float) -> str:
     """``rank 7 finished update_actor 20m after its peers`` / ``rank 2 still runs update_actor, 3m after …``."""
     who = f"rank {r.late_rank}" if r.late_rank is not None else "the last rank"
@@ -182,7 +187,7 @@ def step_detail(s: Step, now: float, width: int = 120) -> Text:
         big = False
         if r.skew_s is not None:
             big = r.skew_s >= NOTABLE_SKEW_S and r.skew_s >= 0.1 * max(r.duration_s(now), 1e-9)
-            t.append(f"  skew {duration(r.skew_s)}", style="bold red" if big else "grey70")
+            t.append(f"  skew {skew_text(r.skew_s)}", style="bold red" if big else "grey70")
         if big:
             t.append(f"  {skew_sentence(r, now)}", style="red")
         else:
