@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
-
-from verltop.sources import ray_session
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 
@@ -79,6 +77,8 @@ def local_session_address(env: dict[str, str] | None = None, answers: Callable[[
 
     Only when nothing names a cluster: a non-http ``RAY_ADDRESS`` (a GCS address) names one whose
     dashboard need not be the local session's."""
+    from verltop.sources import ray_session  # only when no address was given
+
     env = os.environ if env is None else env
     if env.get("RAY_ADDRESS", "").strip() not in ("", "auto", "local"):
         return None

@@ -11,6 +11,17 @@ import time
 _UNITS = ("B", "K", "M", "G", "T", "P")
 
 
+def shorten(s: str, width: int) -> str:
+    """``s`` in ``width`` cells, cut in the middle where a name's end says what it is:
+    ``agent_loop_worker_0`` → ``age…orker_0``, ``rollout_server`` → ``rol…_server``."""
+    if len(s) <= width:
+        return s
+    if width <= 1:
+        return "…"[:width]
+    head = (width - 1) // 3
+    return s[:head] + "…" + s[len(s) - (width - 1 - head):]
+
+
 def size(n: int | float | None) -> str:
     """Bytes, 1024-based: ``512B``, ``3K``, ``423.0M``, ``3.3G``; ``-`` when unknown."""
     if n is None:

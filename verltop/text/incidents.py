@@ -46,7 +46,7 @@ def diagnose(snap: Snapshot, report: DumpReport | None, groups: tuple[str, ...],
             evidence.append(f"{len(st)} of {len(grp)} actors of {g} stalled" + (f": {first}" if first else ""))
         spin = [a for a in st if a.gpu_util_percent is not None and a.gpu_util_percent >= 90]
         if spin:
-            evidence.append(f"GPUs of {compact_labels((label(a) for a in spin), ", ")} at ≥ 90 % while stalled "
+            evidence.append(f"GPUs of {compact_labels((label(a) for a in spin), ', ')} at ≥ 90 % while stalled "
                             "(a wait in NCCL spins the GPU: not progress)")
     # a death the dump classified (NCCL timeout, CUDA OOM, a signal...) says more than Ray's first line
     classified = {r.actor.actor_id: r.death for r in (report.ranks if report else ()) if r.death and r.process is None}
@@ -59,7 +59,7 @@ def diagnose(snap: Snapshot, report: DumpReport | None, groups: tuple[str, ...],
         sus = report.suspects
         stuck = [r for r in report.ranks if r.stuck and r.process is None]
         if report.samples > 1 and stuck:
-            evidence.append(f"stacks of {compact_labels((label(r.actor) for r in stuck), ", ")} unchanged across "
+            evidence.append(f"stacks of {compact_labels((label(r.actor) for r in stuck), ', ')} unchanged across "
                             f"{report.samples} samples")
         for r in report.ranks:
             c = r.collective

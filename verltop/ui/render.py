@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 from rich.text import Text
 
 from verltop.text.cells import size_short
@@ -43,3 +45,10 @@ def mem_bar(used: int | None, total: int | None, width: int = 7, dim: bool = Fal
     if not total:
         return Text(" " * width + " " + size_short(used).rjust(4))
     return bar(used / total * 100.0, width, "mem", label=size_short(used), dim=dim)
+
+
+def hanging(text: str, width: int, indent: int) -> str:
+    """``text`` wrapped to ``width`` after ``indent`` cells already used, its next lines under its first (a
+    hanging indent: a reason wraps under itself, not under its label)."""
+    lines = textwrap.wrap(text, max(10, width - indent), break_long_words=False, break_on_hyphens=False)
+    return ("\n" + " " * indent).join(lines)

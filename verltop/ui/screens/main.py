@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import re
+import time
 
 from textual import on
 from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widgets import Input
 
+from verltop.analysis.marks import live_marks
 from verltop.model import ActorRow, Snapshot
+from verltop.text.marks import mark_sentence
 from verltop.text.pending import pending_reason
 from verltop.ui import keymap
 from verltop.ui.widgets import process_rows as PR
@@ -62,7 +65,8 @@ class MainScreen(Screen):
     def table_rows(self, snap: Snapshot) -> list:
         """The table's rows for ``snap`` under the current grouping, sort and filter (pure: the app runs it
         off the UI loop)."""
-        return layout_rows(snap, self.grouping, self.sort, self.filter_rx, self.filter_invert, dict(self.toggled))
+        return layout_rows(snap, self.grouping, self.sort, self.filter_rx, self.filter_invert, dict(self.toggled),
+                           live_marks(self.app.marks, snap.actors, snap.taken_at))
 
     def _header(self, snap: Snapshot | None, paused: bool, now: float | None = None) -> None:
         engine = self.app.engine
@@ -95,6 +99,11 @@ class MainScreen(Screen):
     def _redraw(self) -> None:
         if self._last is not None:
             self.table.apply(self.table_rows(self._last))
+
+    def redraw(self) -> None:
+        """Lay the rows out again (the marks of a new dump) and say so under the table."""
+        self._redraw()
+        self._show_selection()
 
     # ---------------------------------------------------------- actions
 
@@ -200,7 +209,10 @@ class MainScreen(Screen):
             return
         aid = self.table.selected_actor()
         row = next((a for a in self._last.actors if a.actor_id == aid), None) if self._last and aid else None
-        self.query_one("#selection", TextLine).show(selection_text(row) if row else "")
+        mark = live_marks(self.app.marks, self._last.actors, self._last.taken_at).get(aid) \
+            if self._last and aid else None
+        said = mark_sentence(mark, time.strftime("%H:%M:%S", time.localtime(mark.taken_at))) if mark else None
+        self.query_one("#selection", TextLine).show(selection_text(row, said) if row else "")
 
     @on(ActorTable.ActorSelected)
     def _selected(self, event: ActorTable.ActorSelected) -> None:

@@ -102,8 +102,9 @@ def process_selection_text(r: Row) -> Text:
     return t
 
 
-def selection_text(a: ActorRow) -> Text:
-    """One line under the table: the selected actor and, if stalled, the full reasons."""
+def selection_text(a: ActorRow, suspect: str | None = None) -> Text:
+    """One line under the table: the selected actor, why the last dump suspects it (``suspect``) and, if
+    stalled, the full reasons."""
     t = Text()
     t.append(f"{a.worker_group or a.role}", style="bold")
     if a.rank is not None:
@@ -111,6 +112,8 @@ def selection_text(a: ActorRow) -> Text:
     t.append(f"  {a.actor_name or a.actor_id[:12]}  pid {a.pid or '-'}  {a.task or 'idle'}", style="grey70")
     if a.num_restarts:
         t.append(f"  ↻ restarted {a.num_restarts}×", style="dark_orange")
+    if suspect:
+        t.append(f"  {suspect}", style="bold magenta")
     if a.stalled:
         t.append("  STALLED: ", style="bold red")
         t.append(stall_reasons(a) or "", style="red")
