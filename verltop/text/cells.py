@@ -13,12 +13,12 @@ _UNITS = ("B", "K", "M", "G", "T", "P")
 
 def shorten(s: str, width: int) -> str:
     """``s`` in ``width`` cells, cut in the middle where a name's end says what it is:
-    ``agent_loop_worker_0`` → ``age…orker_0``, ``rollout_server`` → ``rol…_server``."""
+    ``agent_loop_worker_0`` → ``agent…orker_0``, ``EngineCore_DP0`` → ``Engin…_DP0``."""
     if len(s) <= width:
         return s
     if width <= 1:
         return "…"[:width]
-    head = (width - 1) // 3
+    head = (width - 1) // 2
     return s[:head] + "…" + s[len(s) - (width - 1 - head):]
 
 

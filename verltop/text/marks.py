@@ -38,9 +38,9 @@ def mark_tag(m: SuspectMark) -> str:
 
 
 def mark_sentence(m: SuspectMark, clock: str) -> str:
-    """The line under the table: ``suspect of the dump at 07:10:31: not in all_reduce with ranks 0-1,3 …``."""
+    """The line under the table: ``▶ suspect (dump of 07:10:31): not in all_reduce with ranks 0-1,3 …``."""
     who = f"{m.process}: " if m.process else ""
-    return f"suspect of the dump at {clock}: {who}{suspect_reason(m.suspect)}"
+    return f"{MARK} suspect (dump of {clock}): {who}{suspect_reason(m.suspect)}"
 
 
 def held_up_text(marks: list[SuspectMark]) -> str:

@@ -49,8 +49,8 @@ class MainScreen(Screen):
         self._header(None, False)
         self.query_one(ActorTable).focus()
         if self.app.demo is not None:
-            self.message("demo: H hangs a trainer rank, L makes one late, T hangs a TP worker of the rollout "
-                         "server; d dumps a group, t shows the steps, c an actor's processes")
+            # one line at 80 columns: the rest is in the footer and under ?
+            self.message("demo: H hangs a rank, L makes one late, T hangs TP worker 1; ? lists every key")
         if self.app.snapshot is not None:  # a screen pushed later starts from what the app has
             self.show_snapshot(self.app.snapshot)
 

@@ -109,11 +109,11 @@ def selection_text(a: ActorRow, suspect: str | None = None) -> Text:
     t.append(f"{a.worker_group or a.role}", style="bold")
     if a.rank is not None:
         t.append(f" rank {a.rank}" + (f"/{a.world_size}" if a.world_size else ""), style="bold")
+    if suspect:  # what the dump found says most: first, before the actor's particulars
+        t.append(f"  {suspect}", style="bold magenta")
     t.append(f"  {a.actor_name or a.actor_id[:12]}  pid {a.pid or '-'}  {a.task or 'idle'}", style="grey70")
     if a.num_restarts:
         t.append(f"  ↻ restarted {a.num_restarts}×", style="dark_orange")
-    if suspect:
-        t.append(f"  {suspect}", style="bold magenta")
     if a.stalled:
         t.append("  STALLED: ", style="bold red")
         t.append(stall_reasons(a) or "", style="red")
