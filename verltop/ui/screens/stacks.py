@@ -252,7 +252,8 @@ class StackScreen(Screen):
         st = Text(style="bold")
         if self.title:
             st.append(f"{self.title}: ", style="cyan")
-        st.append(f"{dumped_text(r)}, {r.samples} samples ~1 s apart{took}")
+        apart = f"{r.samples} samples ~1 s apart" if r.samples != 1 else "1 sample"
+        st.append(f"{dumped_text(r)}, {apart}{took}")
         if r.notes:
             st.append("   " + "; ".join(r.notes), style="yellow")
         if (self.size.width or 160) >= WRAP_BELOW:  # a narrow terminal has them in the footer only
