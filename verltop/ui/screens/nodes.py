@@ -103,7 +103,8 @@ class NodesScreen(Screen):
         st = Text(doctor_summary(r), style="bold" if r.ok else "bold red")
         if r.path:
             st.append(f"   shared directory {r.path}", style="grey70")
-        st.append("   r: again · Esc: back", style="grey70")
+        if (self.size.width or 160) >= 100:  # a narrow terminal has them in the footer only
+            st.append("   r: again · Esc: back", style="grey70")
         self._status(st)
         t = self.query_one("#doctor-table", DataTable)
         t.clear(columns=True)

@@ -60,8 +60,8 @@ def fit_rank_columns(width: int, multi_node: bool) -> tuple[tuple[str, str, int]
 
 
 def rank_cells(r: RankDump, suspect: bool, cols: tuple[tuple[str, str, int], ...] = ()) -> tuple:
-    """A rank's cells; with ``cols`` (a narrow table's), names that would be cut are shortened from the
-    middle (``…Worker_TP1``), the rest wraps."""
+    """A rank's cells; with ``cols`` (the table's), names wider than their column are shortened from the
+    middle (``agent_lo…worker_0``, ``└ Worker_TP1``), the rest wraps."""
     width = {k: w for k, _, w in cols}
     a = r.actor
     op = Text("-", style="grey50")
@@ -165,7 +165,7 @@ class StackScreen(Screen):
                     self._show_rank(rd)
 
     def _cells(self, r: RankDump, suspect: bool) -> list:
-        cells = rank_cells(r, suspect, self._cols if self._wrap else ())
+        cells = rank_cells(r, suspect, self._cols)
         return [cells[_CELL[k]] for k, _, _ in self._cols]
 
     @property

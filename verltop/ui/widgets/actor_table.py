@@ -201,7 +201,8 @@ class ActorTable(ScrollView, can_focus=True):
         if c.key == "why" and r.mark:  # a dump's suspect: its mark first, the stall's tags after
             t = Text(r.mark, style="bold magenta")
             rest = PR.proc_cell(r, c) if r.proc is not None else actor_cell(r.actor, c, self.now) if r.actor else ""
-            if (rest.plain if isinstance(rest, Text) else rest):
+            more = rest.plain if isinstance(rest, Text) else rest
+            if more and len(r.mark) + 2 + len(more) <= c.width:  # else the mark alone, not cut
                 t.append(", ")
                 t.append_text(rest) if isinstance(rest, Text) else t.append(rest)
             return t

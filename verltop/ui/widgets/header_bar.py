@@ -68,8 +68,8 @@ def header_items(s: Snapshot | None, paused: bool, problem: Problem | None = Non
         g.append(" ")
         g.append_text(bar(sum(utils) / len(utils), 8, "gpu"))
     first.append(g)
-    if not gpus and s.gpu_note:
-        first.append(_item((f"({s.gpu_note})", "grey50")))
+    if not gpus and s.gpu_note and not narrow:  # why there are none (a narrow header keeps its lines)
+        first.append(_item((s.gpu_note, "grey50")))
     actors = _item(("actors ", "bold"), (str(len(s.actors)), ""))
     stalled = sum(1 for a in s.actors if a.stalled)
     if stalled:
