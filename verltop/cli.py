@@ -18,7 +18,8 @@ from verltop import __version__
 
 EPILOG = """\
 environment (the flag wins over the variable):
-  RAY_DASHBOARD_ADDRESS, RAY_ADDRESS (when http://…)   dashboard address; default http://127.0.0.1:8265
+  RAY_DASHBOARD_ADDRESS, RAY_ADDRESS (when http://…)   dashboard address; default http://127.0.0.1:8265, else
+                                                      (nothing there) the latest local Ray session's dashboard
   RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token   Ray auth token (sent as a Bearer header)
   VERLTOP_INTERVAL, VERLTOP_STALL_AFTER                   defaults for --interval and --stall-after
 """
@@ -62,7 +63,7 @@ def _shared(p: argparse.ArgumentParser, sub: bool = True) -> None:
     # Subparsers must not reset what was given before the subcommand (`verltop --address X dump`).
     d = {"default": argparse.SUPPRESS} if sub else {}
     p.add_argument("--address", **d, help="Ray dashboard URL (default: $RAY_DASHBOARD_ADDRESS, $RAY_ADDRESS if "
-                   "http, else http://127.0.0.1:8265)")
+                   "http, else http://127.0.0.1:8265, else the dashboard of the latest local Ray session)")
     p.add_argument("--interval", type=_positive, metavar="S", **d,
                    help="seconds between dashboard polls (default 2)")
     p.add_argument("--timeout", type=_positive, metavar="S", **(d or {"default": 10.0}),
