@@ -47,8 +47,11 @@ def mem_bar(used: int | None, total: int | None, width: int = 7, dim: bool = Fal
     return bar(used / total * 100.0, width, "mem", label=size_short(used), dim=dim)
 
 
-def hanging(text: str, width: int, indent: int) -> str:
-    """``text`` wrapped to ``width`` after ``indent`` cells already used, its next lines under its first (a
-    hanging indent: a reason wraps under itself, not under its label)."""
-    lines = textwrap.wrap(text, max(10, width - indent), break_long_words=False, break_on_hyphens=False)
-    return ("\n" + " " * indent).join(lines)
+def hanging(text: str, width: int, indent: int, used: int | None = None) -> str:
+    """``text`` wrapped to ``width`` after ``used`` cells of its first line (``indent`` when not given), its
+    next lines starting at ``indent`` (a hanging indent: a reason wraps under itself, not under its label)."""
+    used = indent if used is None else used
+    width = max(width, indent + 10, used + 10)
+    w = textwrap.TextWrapper(width=width, initial_indent=" " * used, subsequent_indent=" " * indent,
+                             break_long_words=False, break_on_hyphens=False)
+    return w.fill(text)[used:]

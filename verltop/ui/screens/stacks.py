@@ -281,7 +281,7 @@ class StackScreen(Screen):
             sus.update(Text("No suspect: no rank stands apart from its peers.", style="green"))
             self.query_one("#suspects-box").set_class(True, "-none")
         self._fill(r)
-        self.query_one("#tree", Static).update(tree_rich(r))
+        self.query_one("#tree", Static).update(tree_rich(r, (self.size.width or 160) - 6))
 
     def _fill(self, r: DumpReport) -> None:
         """The rank table of a finished dump: suspects first, each child process right under its actor."""
@@ -382,7 +382,9 @@ class StackScreen(Screen):
         self._status(Text(f"wrote {txt.resolve()} and {js.name}", style="bold green"))
 
 
-def tree_rich(r: DumpReport) -> Text:
+def tree_rich(r: DumpReport, width: int = 160) -> Text:
+    """The merged stacks, one line a frame; a line longer than ``width`` wraps under its frame, not at the
+    left edge."""
     stacks = {rank_label(x): x.stack for x in r.ranks if x.main is not None}
     lines = render_tree(build_tree(stacks))
     suspects = {rank_label(x) for x in r.ranks if (x.actor.actor_id, x.actor.pid) in {(s.actor_id, s.pid)
@@ -391,10 +393,13 @@ def tree_rich(r: DumpReport) -> Text:
     t = Text("MERGED STACKS — outermost frame first; [ranks] (count)\n", style="bold")
     for depth, text, ranks in lines:
         small = len(ranks) < total and ranks <= suspects
-        t.append("  " * depth)
-        t.append(f"[{compact_labels(ranks)}]", style="bold red" if small else "cyan")
-        t.append(f" ({len(ranks)}) ", style="grey50")
-        t.append(text + "\n", style="bold" if small else "")
+        pad, count = 2 * depth, f" ({len(ranks)}) "
+        labels = hanging(f"[{compact_labels(ranks)}]", width, pad + 1, pad)
+        t.append(" " * pad)
+        t.append(labels, style="bold red" if small else "cyan")
+        t.append(count, style="grey50")
+        used = len(labels.rsplit("\n", 1)[-1]) + (pad if "\n" not in labels else 0) + len(count)
+        t.append(hanging(text, width, pad + 4, used) + "\n", style="bold" if small else "")
     return t
 
 
