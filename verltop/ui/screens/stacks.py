@@ -32,8 +32,8 @@ _CELL = {k: i for i, (k, _, _) in enumerate(RANK_COLUMNS)}
 
 
 SHORT_BELOW = 40  # fewer lines: the chain and suspect boxes give way to the table and the merged stacks
-WRAP_BELOW = 130
-WRAP_ROWS = 300  # narrower: cells wrap onto more lines instead of being cut
+WRAP_BELOW = 130  # narrower: the text columns narrow, and every dump's cells wrap rather than be cut
+WRAP_ROWS = 300  # wider: cells wrap in dumps of at most this many processes (rows of many lines cost time)
 
 
 def fit_rank_columns(width: int, multi_node: bool) -> tuple[tuple[str, str, int], ...]:
