@@ -67,6 +67,10 @@ class NodesScreen(Screen):
     def _status(self, text: Text | str) -> None:
         self.query_one("#doctor-status", Static).update(text)
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """A recording cannot check the nodes: its footer does not offer it."""
+        return self.app.engine.live or action != "again"
+
     def action_again(self) -> None:
         job = self.app.engine.doctor(self.path, on_progress=self._progress)
         if job is None:
