@@ -12,7 +12,7 @@ from textual.widgets import Input
 
 from verltop.analysis.marks import live_marks
 from verltop.model import ActorRow, Snapshot
-from verltop.text.marks import mark_sentence
+from verltop.text.marks import mark_sentence, mark_tag
 from verltop.text.pending import pending_reason
 from verltop.ui import keymap
 from verltop.ui.widgets import process_rows as PR
@@ -78,7 +78,8 @@ class MainScreen(Screen):
             return
         self._last = snap
         self._header(snap, False)
-        self.table.set_shape(snap)
+        marks = live_marks(self.app.marks, snap.actors, snap.taken_at)
+        self.table.set_shape(snap, max((len(mark_tag(m)) for m in marks.values()), default=0))
         self.table.apply(rows if rows is not None else self.table_rows(snap), snap.taken_at)
         self._show_selection()
         node_of = {a.actor_id: a.node_id for a in snap.actors}
@@ -101,9 +102,12 @@ class MainScreen(Screen):
             self.table.apply(self.table_rows(self._last))
 
     def redraw(self) -> None:
-        """Lay the rows out again (the marks of a new dump) and say so under the table."""
-        self._redraw()
-        self._show_selection()
+        """Lay the table out again (the marks of a new dump: STALLED may need more room) and say so under it."""
+        if self._last is not None and not self.paused:
+            self.show_snapshot(self._last)
+        else:
+            self._redraw()
+            self._show_selection()
 
     # ---------------------------------------------------------- actions
 

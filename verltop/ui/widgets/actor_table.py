@@ -96,12 +96,12 @@ class ActorTable(ScrollView, can_focus=True):
     def column_keys(self) -> tuple[str, ...]:
         return tuple(c.key for c in self._cols)
 
-    def set_shape(self, snap: Snapshot) -> None:
+    def set_shape(self, snap: Snapshot, why: int = 0) -> None:
         """What the cluster has decides which columns exist: GPUs on any node, more than one node, and how
-        wide its role, node and task names are."""
+        wide its role, node and task names are; ``why``: what STALLED must hold whole (a suspect's mark)."""
         has_gpu = any(n.gpus for n in snap.nodes) or any(a.gpu_index is not None for a in snap.actors)
         multi = len({a.node_id for a in snap.actors if a.node_id}) > 1 or len(snap.nodes) > 1
-        shape = (has_gpu, multi, tuple(sorted(content_widths(snap).items())))
+        shape = (has_gpu, multi, tuple(sorted({**content_widths(snap), "why": why}.items())))
         if shape != self._shape:
             self._shape = shape
             self._relayout()
