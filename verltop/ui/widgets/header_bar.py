@@ -40,7 +40,7 @@ def playback_item(p: Playback) -> Text:
 
 
 def header_items(s: Snapshot | None, paused: bool, problem: Problem | None = None, now: float | None = None,
-                 playback: Playback | None = None, narrow: bool = False) -> list[list[Text]]:
+                 playback: Playback | None = None, narrow: bool = False, note: bool = True) -> list[list[Text]]:
     """The header's items, in rows that are kept apart: identity and counts; load, phase and progress;
     freshness and errors. ``now`` (later than the snapshot) moves the progress clock and the data's age on.
     A replay's ``playback`` (the recorded time) comes first."""
@@ -68,13 +68,13 @@ def header_items(s: Snapshot | None, paused: bool, problem: Problem | None = Non
         g.append(" ")
         g.append_text(bar(sum(utils) / len(utils), 8, "gpu"))
     first.append(g)
-    if not gpus and s.gpu_note and not narrow:  # why there are none (a narrow header keeps its lines)
-        first.append(_item((s.gpu_note, "grey50")))
     actors = _item(("actors ", "bold"), (str(len(s.actors)), ""))
     stalled = sum(1 for a in s.actors if a.stalled)
     if stalled:
         actors.append(f"  {stalled} stalled", style="bold red")
     first.append(actors)
+    if not gpus and s.gpu_note and note:  # why there are none: last, and only where it fits (header_text)
+        first.append(_item((s.gpu_note, "grey50")))
 
     second = [_item(("CPU ", "bold")), _item(("MEM ", "bold"))]
     second[0].append_text(bar(sum(cpu_vals) / len(cpu_vals) if cpu_vals else None, 8, "cpu"))
@@ -179,7 +179,15 @@ def flow(rows: list[list[Text]], width: int, max_lines: int = MAX_LINES) -> Text
 
 def header_text(s: Snapshot | None, paused: bool, width: int = 160, problem: Problem | None = None,
                 now: float | None = None, playback: Playback | None = None) -> Text:
-    return flow(header_items(s, paused, problem, now, playback, narrow=width < NARROW), max(20, width))
+    """The header for ``width`` cells: on a narrow terminal the address loses its scheme; why there are no GPUs
+    is said only where it does not cost a line (so "N stalled" never pushes the table down)."""
+    width, narrow = max(20, width), width < NARROW
+    full = flow(header_items(s, paused, problem, now, playback, narrow), width)
+    if s is None or s.gpu_note is None:
+        return full
+    # what only explains (why there are no GPUs) never costs the header a line
+    bare = flow(header_items(s, paused, problem, now, playback, narrow, note=False), width)
+    return bare if bare.plain.count("\n") < full.plain.count("\n") else full
 
 
 class HeaderBar(TextLine):
