@@ -12,7 +12,7 @@ from textual.binding import Binding
 from verltop.analysis.marks import SuspectMark, suspect_marks
 from verltop.engine import Engine
 from verltop.engine.heap import HeapTrim
-from verltop.model import Snapshot
+from verltop.model import DumpReport, Snapshot
 
 
 class VerltopApp(App):
@@ -90,7 +90,7 @@ class VerltopApp(App):
             self._pending = self.engine.latest
             await self._show()
 
-    def remember(self, report: Any) -> None:
+    def remember(self, report: DumpReport) -> None:
         """A dump finished (or a recorded one was read): its suspects are marked on the main screen from now
         on, in place of the last dump's."""
         from verltop.ui.screens.main import MainScreen
