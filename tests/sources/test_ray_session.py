@@ -45,6 +45,10 @@ def test_used_only_when_nothing_names_a_cluster_and_8265_is_silent(tmp_path):
     assert local_session_address(env, lambda u: u in up) == found
     assert local_session_address({**env, "RAY_ADDRESS": "auto"}, lambda u: u in up) == found
     assert local_session_address({**env, "RAY_ADDRESS": "10.0.0.1:6379"}, lambda u: u in up) is None
+    # a GCS address is this session's when its port is the one the session's GCS listens on
+    (tmp_path / "ray" / "session_latest" / "gcs_server_port_640bcb67").write_text("6379")
+    assert local_session_address({**env, "RAY_ADDRESS": "10.0.0.1:6379"}, lambda u: u in up) == found
+    assert local_session_address({**env, "RAY_ADDRESS": "10.0.0.1:6380"}, lambda u: u in up) is None
     assert local_session_address(env, lambda u: u in up | {DEFAULT_ADDRESS}) is None  # 8265 answers: it
     assert local_session_address(env, lambda u: False) is None  # a session that ended
 

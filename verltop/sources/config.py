@@ -75,13 +75,16 @@ def resolve_token(env: dict[str, str] | None = None, home: Path | None = None) -
 def local_session_address(env: dict[str, str] | None = None, answers: Callable[[str], bool] | None = None) -> str | None:
     """The latest local Ray session's dashboard when the default address does not answer, else None.
 
-    Only when nothing names a cluster: a non-http ``RAY_ADDRESS`` (a GCS address) names one whose
-    dashboard need not be the local session's."""
+    Only when nothing names another cluster: a non-http ``RAY_ADDRESS`` (a GCS address) must be that
+    session's GCS (``ray start --head`` then ``export RAY_ADDRESS=host:6379``)."""
     from verltop.sources import ray_session  # only when no address was given
 
     env = os.environ if env is None else env
-    if env.get("RAY_ADDRESS", "").strip() not in ("", "auto", "local"):
-        return None
+    named = env.get("RAY_ADDRESS", "").strip()
+    if named not in ("", "auto", "local"):
+        port = named.rsplit(":", 1)[-1]
+        if not (port.isdigit() and int(port) in ray_session.session_gcs_ports(env)):
+            return None
     answers = answers or ray_session.answers
     if answers(DEFAULT_ADDRESS):
         return None

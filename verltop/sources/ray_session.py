@@ -3,7 +3,8 @@
 Ray 2.60 keeps the dashboard's URL only in the GCS (internal KV ``dashboard:webui:url``), which needs a gRPC
 client; the files it leaves are enough: the dashboard logs ``Dashboard head http address: HOST:PORT``
 (``ray/dashboard/http_server_head.py``) into ``<temp>/ray/session_latest/logs/dashboard.log`` once it has
-bound its port (after any retries, so it is the port really in use). ``<temp>`` is ``$RAY_TMPDIR`` or the
+bound its port (after any retries, so it is the port really in use); the GCS's port is in
+``session_latest/gcs_server_port_<node id>``. ``<temp>`` is ``$RAY_TMPDIR`` or the
 system's temp directory, as in ``ray._common.utils.get_ray_temp_dir``. Read-only; no ray import.
 """
 
@@ -44,6 +45,21 @@ def session_dashboard(env: dict[str, str] | None = None) -> str | None:
             addr = found[-1].decode("ascii", "replace")
             return addr if "://" in addr else "http://" + addr
     return None
+
+
+def session_gcs_ports(env: dict[str, str] | None = None) -> set[int]:
+    """The GCS ports of the latest local session (``gcs_server_port_<node id>``, as Ray 2.60's ``node.py``
+    writes them): a ``RAY_ADDRESS`` of ``host:port`` with one of them names this session's cluster."""
+    d = ray_temp_dir(env) / "session_latest"
+    out = set()
+    try:
+        for p in d.glob("gcs_server_port_*"):
+            v = p.read_text().strip()
+            if v.isdigit():
+                out.add(int(v))
+    except OSError:
+        pass
+    return out
 
 
 def answers(url: str, timeout_s: float = 0.3) -> bool:
