@@ -31,7 +31,7 @@ def replay():
 # one cluster at a time as on a single process, while the other takes the rest: the clusters mostly wait for
 # hangs and steps, so the unit tests fill that time. Modules that listen on fixed ports (their SVGs show the
 # address) stay on one worker together.
-_FIXED_PORT_MODULES = ("test_snapshots.py", "test_more_screens.py")
+_FIXED_PORT_MODULES = ("test_snapshots.py", "test_more_screens.py", "test_narrow_screens.py")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups into the test ids

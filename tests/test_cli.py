@@ -128,3 +128,16 @@ def test_doctor_dashboard_down_is_one_line_exit_2():
 def test_doctor_help_names_its_options():
     p = run("doctor", "--help")
     assert p.returncode == 0 and "--path SHARED_DIR" in p.stdout and "--node-timeout" in p.stdout
+
+
+@pytest.mark.parametrize("n", ["0", "-3"])
+def test_dump_samples_below_one_refused(n):
+    p = run("dump", "--samples", n)
+    assert p.returncode == 2 and p.stdout == "" and "Traceback" not in p.stderr
+    assert p.stderr.splitlines()[-1] == "verltop dump: error: argument --samples: must be ≥ 1"
+
+
+def test_unresolvable_address_is_named():
+    p = run("--address", "notaurl.invalid", "snapshot", "--no-local")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr
+    assert "dashboard not reachable at http://notaurl.invalid: no such host" in p.stderr

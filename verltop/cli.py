@@ -18,7 +18,8 @@ from verltop import __version__
 
 EPILOG = """\
 environment (the flag wins over the variable):
-  RAY_DASHBOARD_ADDRESS, RAY_ADDRESS (when http://…)   dashboard address; default http://127.0.0.1:8265
+  RAY_DASHBOARD_ADDRESS, RAY_ADDRESS (when http://…)   dashboard address; default http://127.0.0.1:8265, else
+                                                      (nothing there) the latest local Ray session's dashboard
   RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token   Ray auth token (sent as a Bearer header)
   VERLTOP_INTERVAL, VERLTOP_STALL_AFTER                   defaults for --interval and --stall-after
 """
@@ -48,11 +49,21 @@ def _positive(v: str) -> float:
     return f
 
 
+def _count(v: str) -> int:
+    try:
+        n = int(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{v!r} is not a whole number") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError("must be ≥ 1")
+    return n
+
+
 def _shared(p: argparse.ArgumentParser, sub: bool = True) -> None:
     # Subparsers must not reset what was given before the subcommand (`verltop --address X dump`).
     d = {"default": argparse.SUPPRESS} if sub else {}
     p.add_argument("--address", **d, help="Ray dashboard URL (default: $RAY_DASHBOARD_ADDRESS, $RAY_ADDRESS if "
-                   "http, else http://127.0.0.1:8265)")
+                   "http, else http://127.0.0.1:8265, else the dashboard of the latest local Ray session)")
     p.add_argument("--interval", type=_positive, metavar="S", **d,
                    help="seconds between dashboard polls (default 2)")
     p.add_argument("--timeout", type=_positive, metavar="S", **(d or {"default": 10.0}),
@@ -101,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--native", action="store_true", help="include native frames (slower; pauses each rank)")
     d.add_argument("--nonblocking", action="store_true",
                    help="do not pause the ranks while reading them (stacks may be torn)")
-    d.add_argument("--samples", type=int, default=2, metavar="N",
+    d.add_argument("--samples", type=_count, default=2, metavar="N",
                    help="samples ~1 s apart to tell stuck from slow (default 2; 1 = fastest)")
     d.add_argument("--via", choices=("auto", "local", "dashboard", "probe"), default="auto",
                    help="how to reach ranks: auto (local py-spy here, dashboard or probe elsewhere)")
@@ -232,7 +243,7 @@ async def _dump(args: argparse.Namespace, prefetch: Any = None) -> int:
     from verltop.engine import oneshot
     from verltop.sources.pyspy import DumpOptions
 
-    opts = DumpOptions(native=args.native, nonblocking=args.nonblocking, samples=max(1, args.samples),
+    opts = DumpOptions(native=args.native, nonblocking=args.nonblocking, samples=args.samples,
                        timeout_s=args.dump_timeout, via=args.via)
     bad = opts.check()
     if bad:
@@ -338,7 +349,7 @@ def _tui(args: argparse.Namespace, demo: Any = None) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     try:
-        from verltop.demo.cluster import start_demo
+        from verltop.demo.cluster import dashboard_port_for_cli, start_demo
     except ImportError as e:
         raise UserError(f"the demo needs ray, torch and verl: pip install 'verltop[demo]' ({e.name} missing)") from None
     import signal
@@ -350,13 +361,15 @@ def _demo(args: argparse.Namespace) -> int:
         signal.signal(sig, _stop)
     print("verltop demo: starting a local Ray cluster and a small verl PPO job (CPU, gloo)…", file=sys.stderr)
     hang_after = args.hang_after if args.hang_after > 0 else None
-    handle = start_demo(hang_after=hang_after, hang_rank=args.hang_rank, hang_target=args.hang)
+    handle = start_demo(hang_after=hang_after, hang_rank=args.hang_rank, hang_target=args.hang,
+                        dashboard_port=dashboard_port_for_cli())
     try:
         if handle.token:
             os.environ["RAY_AUTH_TOKEN"] = handle.token
         if args.no_tui:
-            print(f"dashboard: {handle.address}\nrun `verltop --address {handle.address}` in another shell "
-                  "(same user, so it finds the token); Ctrl-C ends the demo", file=sys.stderr)
+            print(f"dashboard: {handle.address}\nrun `verltop` (or `verltop snapshot`, `dump`, `doctor`, `watch DIR`) "
+                  "in another shell as the same user: it finds this dashboard and its token by itself; Ctrl-C "
+                  "ends the demo", file=sys.stderr)
             while True:
                 time.sleep(3600)
         args.address = handle.address

@@ -199,9 +199,11 @@ def watch(args: argparse.Namespace) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         loop.add_signal_handler(signal.SIGHUP, lambda: None)  # the terminal went away: keep watching
+        watcher = Watcher(mon, cfg, say)
+        watcher.take_lock()  # a second watch on DIR refuses before the banner
         say(f"verltop watch: {endpoint.address} → {d} (recording kept {args.keep / 3600:g} h, at most "
             f"{args.max_size / (1 << 30):g} GiB; log {log_path}); stop with SIGTERM or Ctrl-C")
-        await Watcher(mon, cfg, say).run(stop)
+        await watcher.run(stop)
 
     try:
         asyncio.run(main())

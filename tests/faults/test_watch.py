@@ -79,6 +79,7 @@ def test_watch_catches_the_hang_and_lives_through_the_dashboard_killed(tmp_path,
                        cwd=ROOT, capture_output=True, text=True, env=clean_env(), timeout=30)
     assert p.returncode == 2 and p.stderr.strip() == (
         f"verltop: error: another verltop watch (pid {w.proc.pid}) writes to {w.dir}"), p.stderr
+    assert p.stdout == "", p.stdout  # refused before its start banner
 
     # 2. the dashboard killed for real: the watch goes on and says so; started again: picks up
     dash.kill()

@@ -11,6 +11,7 @@ from tests.wait import pilot_wait, wait_until
 from verltop.analysis.stalls import StallSettings
 from verltop.engine.monitor import Intervals
 from verltop.sources.config import Endpoint
+from verltop.sources.ray_session import session_dashboard
 from verltop.text.stalls import stall_reasons
 from verltop.ui.app import VerltopApp
 from verltop.ui.screens.stacks import StackScreen
@@ -80,5 +81,14 @@ async def test_stall_marks_then_dump_names_the_stuck_rank(demo_with_history, hun
         assert [(s.worker_group, s.rank) for s in report.suspects] == [(group, 2)], report.suspects
         shown = str(screen.query_one("#suspects").render())
         assert f"{group}:2" in shown and "_stuck_rollout" in shown, shown
+        # 4. back on the main screen, the dump's finding stays: rank 2's row and its group's row say it
+        await pilot.press("escape")
+        mark = lambda: table.get_row(ranks[2].actor_id)[-1]  # noqa: E731
+        await pilot_wait(pilot, lambda: mark().startswith("▶ not in all_reduce"), 10, "rank 2's mark", detail=mark)
+        assert "▶ held up by rank 2" in table.cells(key)["group"], table.cells(key)
+        assert not any("▶" in table.get_row(ranks[r].actor_id)[-1] for r in (0, 1, 3))
+
+        # 5. another shell finds this dashboard without --address: the session's log names its port
+        assert session_dashboard() == hung_demo.address
         print(f"\nTUI: stalled {stalled_after:.0f} s after the hang; first rank row {screen.job.first_rank_s * 1000:.0f} ms "
               f"after `d`, dump done in {screen.job.elapsed_s * 1000:.0f} ms")

@@ -87,9 +87,9 @@ async def gpu_loaded(pilot) -> None:
 
 @pytest.mark.parametrize("size", [(80, 24), (120, 40), (200, 50)], ids=lambda s: f"{s[0]}x{s[1]}")
 def test_main_screen(snap_compare, gpu_dash, size):
-    """The hung GPU cluster's main screen. 80x24: the header wraps whole items onto four lines (address,
-    nodes 1, GPUs 2 at 50 %, actors 3 with 2 stalled; CPU, MEM, phase update_actor, last progress 1m00s
-    ago), the table narrows to ROLE, RANK, GPU%, GMEM, RSS, TASK, AGE, STALLED (one node: no NODE; PID,
+    """The hung GPU cluster's main screen. 80x24: the header wraps whole items onto three lines (the address
+    without its scheme, nodes 1, GPUs 2 at 50 %, actors 3 with 2 stalled; CPU, MEM, phase update_actor,
+    step 1; last progress 1m00s ago), the table narrows to ROLE, RANK, GPU%, GMEM, RSS, TASK, AGE, STALLED (one node: no NODE; PID,
     GPU, CPU%, STATE stepped aside), the controller's group row selected, both abcd ranks red, update_actor
     for 1m00s, "> 30s, GPU 100…" and "> 30s". 120x40: GPU, CPU%, HOST MEM, STATE come back, the header
     takes two lines. 200x50: PID and the GPU UTIL / GPU MEM bars too, nothing cut."""
@@ -138,7 +138,8 @@ async def _open_report(pilot, report: DumpReport) -> None:
 
 
 def test_stack_screen_with_suspects(snap_compare, gpu_dash, gpu_report):
-    """A finished dump opened as it is (``StackScreen(snap, report=...)``): "3/3 ranks dumped, 2 samples";
+    """A finished dump opened as it is (``StackScreen(snap, report=...)``): "2/2 ranks dumped, 1/1 other
+    process, 2 samples" (the controller is no rank);
     the suspects box names abcd:1 — not in all_reduce with rank 0, in generate_sequences at
     ray_driver.py:55, stack did not move, never reached collective #5 (last enqueued #4), the controller
     waits on it in ray.get at ray_driver.py:92; the rank table with the suspect first (▶ abcd), rank 0
@@ -151,9 +152,10 @@ def test_stack_screen_with_suspects(snap_compare, gpu_dash, gpu_report):
 
 
 def test_stack_screen_at_80x24(snap_compare, gpu_dash, gpu_report):
-    """The same dump on a fresh SSH terminal: the chain and the suspect fit their boxes, the rank table keeps
-    GROUP / ACTOR, RANK, ROLE / PROCESS, WAITS IN, CALLING FRAME and MOTION (no sideways scrolling), the
-    merged tree below."""
+    """The same dump on a fresh SSH terminal: the chain and the suspect boxes keep three lines each and scroll
+    (the reason wraps under itself), the rank table keeps GROUP, RANK, ROLE, WAITS IN, CALLING FRAME and
+    MOTION whole (no sideways scrolling: cells wrap, the frame's function under its file:line), the merged
+    tree below with lines of its own."""
     async def run(pilot):
         await _open_report(pilot, gpu_report)
 
@@ -187,8 +189,8 @@ def test_help_screen(snap_compare, gpu_dash):
 def test_dashboard_gone_after_the_first_load(snap_compare):
     """The dashboard answered once, then went away (its server stopped) and 25 s passed: the last data stays
     on screen (ages now 1m25s); the header turns yellow with "actors data 25s old (stale)" and a line for
-    each of actors, tasks and nodes: "dashboard not reachable at http://127.0.0.1:28767: connection refused;
-    is Ray running? use --address …" (cut at the width)."""
+    the sources that fail alike: "actors, tasks, nodes: dashboard not reachable at http://127.0.0.1:28767:
+    connection refused; is Ray running? use --address or RAY_DASHBOARD_ADDRESS", wrapped, not cut."""
     dash = GPU.dashboard(GONE_PORT)
     clock = Clock(FROZEN_NOW)
 

@@ -30,8 +30,9 @@ def compact_ints(xs: Iterable[int]) -> str:
 _LABEL = re.compile(r"^(.*):(\d+)$")
 
 
-def compact_labels(labels: Iterable[str]) -> str:
-    """``["g:0","g:1","g:2","ctl"]`` → ``g:0-2 ctl``: ranks of one group folded into ranges."""
+def compact_labels(labels: Iterable[str], sep: str = " ") -> str:
+    """``["g:0","g:1","g:2","ctl"]`` → ``g:0-2 ctl``: ranks of one group folded into ranges; a sentence
+    passes ``sep=", "`` (``g:0-2, ctl``)."""
     by_group: dict[str, list[int]] = {}
     other: list[str] = []
     for lab in labels:
@@ -41,7 +42,7 @@ def compact_labels(labels: Iterable[str]) -> str:
         else:
             other.append(lab)
     parts = [f"{g}:{compact_ints(rs)}" for g, rs in sorted(by_group.items())]
-    return " ".join(parts + sorted(set(other)))
+    return sep.join(parts + sorted(set(other)))
 
 
 def label_title(title: str | None) -> str:

@@ -277,6 +277,17 @@ def _restore_env(saved: dict[str, str | None]) -> None:
             os.environ[key] = value
 
 
+def dashboard_port_for_cli(preferred: int = 8265) -> int | None:
+    """Ray's usual dashboard port when it is free, so that ``verltop`` in another shell finds the demo
+    without ``--address``; None (a free port) when something holds it."""
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", preferred))
+        except OSError:
+            return None
+    return preferred
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

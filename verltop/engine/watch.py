@@ -106,10 +106,16 @@ class Watcher:
         os.write(fd, str(os.getpid()).encode())
         self._lockfile = fd
 
+    def take_lock(self) -> None:
+        """Take DIR/watch.lock now (``run`` takes it otherwise), so that a second watch on DIR stops before
+        it says anything; raises ``WatchLocked``."""
+        if self._lockfile is None:
+            self._take_lock()
+
     async def run(self, stop: asyncio.Event) -> None:
         """Watch until ``stop`` is set; then end cleanly (an open incident is written as it stands)."""
         cfg = self.cfg
-        self._take_lock()
+        self.take_lock()
         writer = RecordingWriter(cfg.dir / SEGMENTS, {**cfg.meta, "source": "watch"},
                                  Limits(keyframe_s=cfg.keyframe_s, segment_s=cfg.segment_s, keep_s=cfg.keep_s,
                                         max_bytes=cfg.max_bytes), segmented=True)

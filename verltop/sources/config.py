@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,7 +13,7 @@ DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 @dataclass(frozen=True, slots=True)
 class Endpoint:
     address: str
-    address_from: str  # "--address" | "RAY_DASHBOARD_ADDRESS" | "RAY_ADDRESS" | "default"
+    address_from: str  # "--address" | "RAY_DASHBOARD_ADDRESS" | "RAY_ADDRESS" | "default" | "local Ray session"
     token: str | None  # never printed, logged or saved
     token_from: str | None  # where it came from (safe to show)
 
@@ -71,7 +72,32 @@ def resolve_token(env: dict[str, str] | None = None, home: Path | None = None) -
     return None, None
 
 
+def local_session_address(env: dict[str, str] | None = None, answers: Callable[[str], bool] | None = None) -> str | None:
+    """The latest local Ray session's dashboard when the default address does not answer, else None.
+
+    Only when nothing names another cluster: a non-http ``RAY_ADDRESS`` (a GCS address) must be that
+    session's GCS (``ray start --head`` then ``export RAY_ADDRESS=host:6379``)."""
+    from verltop.sources import ray_session  # only when no address was given
+
+    env = os.environ if env is None else env
+    named = env.get("RAY_ADDRESS", "").strip()
+    if named not in ("", "auto", "local"):
+        port = named.rsplit(":", 1)[-1]
+        if not (port.isdigit() and int(port) in ray_session.session_gcs_ports(env)):
+            return None
+    answers = answers or ray_session.answers
+    if answers(DEFAULT_ADDRESS):
+        return None
+    found = ray_session.session_dashboard(env)
+    return found if found and found != DEFAULT_ADDRESS and answers(found) else None
+
+
 def resolve(cli_address: str | None = None) -> Endpoint:
+    """The dashboard (flag, variables, the default, else the local Ray session's) and the token."""
     addr, src = resolve_address(cli_address)
+    if src == "default":
+        found = local_session_address()
+        if found:
+            addr, src = found, "local Ray session"
     tok, tsrc = resolve_token()
     return Endpoint(address=addr, address_from=src, token=tok, token_from=tsrc)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -156,7 +157,11 @@ class DashboardClient:
             return Problem("invalid_address", f"invalid dashboard address {addr!r}")
         if isinstance(e, ConnectionRefusedError) or (aio is not None and isinstance(e, aio.ClientConnectorError)):
             return Problem("unreachable", f"dashboard not reachable at {addr}: {_conn_reason(e)}", RAY_RUNNING)
-        return Problem("connection", f"dashboard connection failed: {one_line(e) or e.__class__.__name__}")
+        cause = getattr(e, "os_error", None) or e  # aiohttp wraps the OSError
+        if isinstance(cause, socket.gaierror):  # `--address notaurl`: say which name did not resolve
+            return Problem("unreachable", f"dashboard not reachable at {addr}: no such host "
+                           f"({one_line(cause) or 'name not known'})", RAY_RUNNING)
+        return Problem("connection", f"dashboard connection to {addr} failed: {one_line(e) or e.__class__.__name__}")
 
     def status_problem(self, status: int, body: str, path: str) -> Problem:
         text = one_line(_ray_msg(body), 160)

@@ -11,6 +11,17 @@ import time
 _UNITS = ("B", "K", "M", "G", "T", "P")
 
 
+def shorten(s: str, width: int) -> str:
+    """``s`` in ``width`` cells, cut in the middle where a name's end says what it is:
+    ``agent_loop_worker_0`` → ``agent…orker_0``, ``EngineCore_DP0`` → ``Engin…_DP0``."""
+    if len(s) <= width:
+        return s
+    if width <= 1:
+        return "…"[:width]
+    head = (width - 1) // 2
+    return s[:head] + "…" + s[len(s) - (width - 1 - head):]
+
+
 def size(n: int | float | None) -> str:
     """Bytes, 1024-based: ``512B``, ``3K``, ``423.0M``, ``3.3G``; ``-`` when unknown."""
     if n is None:

@@ -47,6 +47,12 @@ _ANSI = {"mismatch": ("\x1b[1;31m", "\x1b[0m"), "problem": ("\x1b[33m", "\x1b[0m
 _MARK = {"mismatch": " *", "problem": " !"}
 
 
+def _second_line(label: str, hostname: str | None, head: bool) -> str:
+    """Under a node's label: its hostname when that says something more, and whether it is the head."""
+    name = hostname if hostname and hostname != label else ""
+    return f"{name} (head)".strip() if head else (name or "-")
+
+
 def doctor_text(r: DoctorReport, color: bool = False) -> str:
     """The doctor's table (a column per node, a row per check; values that differ from the majority in red,
     or marked ``*`` without colour; ``!`` a value over its limit), then mismatches and problems with fixes."""
@@ -60,7 +66,7 @@ def doctor_text(r: DoctorReport, color: bool = False) -> str:
         return (t if color or m is None else t + _MARK[m]), m
 
     header = [["CHECK", *(n.label for n in r.nodes)],
-              ["", *((n.hostname or "-") + (" (head)" if n.is_head else "") for n in r.nodes)]]
+              ["", *(_second_line(n.label, n.hostname, n.is_head) for n in r.nodes)]]
     rows = [[(c, None), *(cell(c, n.label, n.get(c)) for n in r.nodes)] for c in r.checks]
     widths = [max(len(x) for x in col) for col in zip(*(h for h in header), *([t for t, _ in row] for row in rows),
                                                       strict=True)]

@@ -13,12 +13,25 @@ from verltop.text.stacks import tree_text
 from verltop.text.suspects import suspect_reason
 
 
+def dumped_text(r: DumpReport) -> str:
+    """``4/4 ranks dumped, 9/9 other processes``: ranks apart from the controller, drivers and children,
+    which are not ranks."""
+    rk = [x for x in r.ranks if x.process is None and x.actor.rank is not None]
+    other = [x for x in r.ranks if not (x.process is None and x.actor.rank is not None)]
+
+    def ok(xs: list[RankDump]) -> str:
+        return f"{sum(1 for x in xs if x.error is None)}/{len(xs)}"
+
+    if not rk:
+        return f"{ok(other)} processes dumped"
+    more = f", {ok(other)} other process{'' if len(other) == 1 else 'es'}" if other else ""
+    return f"{ok(rk)} ranks dumped{more}"
+
+
 def dump_text(r: DumpReport) -> str:
     """``verltop dump``: the wait chains, the suspects, each rank's wait, the merged stacks, the classes."""
     out = []
-    ok = sum(1 for x in r.ranks if x.error is None)
-    out.append(f"verltop dump: {ok}/{len(r.ranks)} ranks dumped, {r.samples} sample(s)"
-               f"{', native' if r.native else ''}")
+    out.append(f"verltop dump: {dumped_text(r)}, {r.samples} sample(s){', native' if r.native else ''}")
     for n in r.notes:
         out.append(f"note: {n}")
     out.append("")

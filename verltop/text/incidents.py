@@ -27,7 +27,7 @@ def wait_text(w: Wait) -> str:
     """``ranks abcd:0-1,3 wait in all_reduce (all_reduce #5) at x.py:3 f``."""
     what = f"{w.op}" + (f" ({w.collective})" if w.collective and w.collective != w.op else "")
     at = f" at {w.frame}" if w.frame else ""
-    return f"ranks {compact_labels(w.ranks)} wait in {what}{at}"
+    return f"ranks {compact_labels(w.ranks, ', ')} wait in {what}{at}"
 
 
 def diagnose(snap: Snapshot, report: DumpReport | None, groups: tuple[str, ...],
@@ -43,10 +43,10 @@ def diagnose(snap: Snapshot, report: DumpReport | None, groups: tuple[str, ...],
         st = [a for a in grp if a.stalled and a.state == "ALIVE"]
         if st:
             first = stall_reason(st[0].stalls[0]) if st[0].stalls else ""
-            evidence.append(f"{len(st)} of {len(grp)} actors of {g} stalled ({first})")
+            evidence.append(f"{len(st)} of {len(grp)} actors of {g} stalled" + (f": {first}" if first else ""))
         spin = [a for a in st if a.gpu_util_percent is not None and a.gpu_util_percent >= 90]
         if spin:
-            evidence.append(f"GPUs of {compact_labels(label(a) for a in spin)} at ≥ 90 % while stalled "
+            evidence.append(f"GPUs of {compact_labels((label(a) for a in spin), ', ')} at ≥ 90 % while stalled "
                             "(a wait in NCCL spins the GPU: not progress)")
     # a death the dump classified (NCCL timeout, CUDA OOM, a signal...) says more than Ray's first line
     classified = {r.actor.actor_id: r.death for r in (report.ranks if report else ()) if r.death and r.process is None}
@@ -59,7 +59,7 @@ def diagnose(snap: Snapshot, report: DumpReport | None, groups: tuple[str, ...],
         sus = report.suspects
         stuck = [r for r in report.ranks if r.stuck and r.process is None]
         if report.samples > 1 and stuck:
-            evidence.append(f"stacks of {compact_labels(label(r.actor) for r in stuck)} unchanged across "
+            evidence.append(f"stacks of {compact_labels((label(r.actor) for r in stuck), ', ')} unchanged across "
                             f"{report.samples} samples")
         for r in report.ranks:
             c = r.collective

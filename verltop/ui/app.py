@@ -9,9 +9,10 @@ from typing import Any
 from textual.app import App
 from textual.binding import Binding
 
+from verltop.analysis.marks import SuspectMark, suspect_marks
 from verltop.engine import Engine
 from verltop.engine.heap import HeapTrim
-from verltop.model import Snapshot
+from verltop.model import DumpReport, Snapshot
 
 
 class VerltopApp(App):
@@ -34,6 +35,7 @@ class VerltopApp(App):
         self._pending: Snapshot | None = None
         self.snapshots_shown = 0
         self.last_layout_ms = 0.0
+        self.marks: tuple[SuspectMark, ...] = ()  # the last dump's suspects, marked on the main screen
 
     @classmethod
     def live(cls, endpoint: Any, intervals: Any = None, stall: Any = None, use_local: bool = True, demo: Any = None,
@@ -87,6 +89,19 @@ class VerltopApp(App):
         if self.engine.latest is not None:
             self._pending = self.engine.latest
             await self._show()
+
+    def remember(self, report: DumpReport) -> None:
+        """A dump finished (or a recorded one was read): its suspects are marked on the main screen from now
+        on, in place of the last dump's."""
+        from verltop.ui.screens.main import MainScreen
+
+        marks = suspect_marks(report)
+        if marks == self.marks:
+            return
+        self.marks = marks
+        for m in self.screen_stack:
+            if isinstance(m, MainScreen):
+                m.redraw()
 
     def _tick(self) -> None:
         """Between snapshots the clocks move: task ages, the progress clock, the data's age."""

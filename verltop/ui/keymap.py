@@ -42,8 +42,8 @@ MAIN = [
 
 # `verltop replay`: added to the main screen's keys. ←/→ take priority over the table's sideways scroll.
 REPLAY = [
-    Binding("space", "toggle_play", "Play/pause", tooltip="pause or play the recording", id="replay-play"),
-    Binding("left", "step(-1)", "Step back", priority=True, tooltip="pause and go back one snapshot",
+    Binding("space", "toggle_play", "Play", tooltip="pause or play the recording", id="replay-play"),
+    Binding("left", "step(-1)", "Back", priority=True, tooltip="pause and go back one snapshot",
             id="replay-back"),
     Binding("right", "step(1)", "Step", priority=True, tooltip="pause and go forward one snapshot",
             id="replay-forward"),
@@ -58,6 +58,9 @@ REPLAY = [
     Binding("i", "next_incident", "Next incident", tooltip="jump to shortly before the next incident began",
             id="replay-incident"),
 ]
+
+# Main-screen keys that work in a replay too but give their footer space to the time controls (help lists them).
+REPLAY_FOOTER_HIDES = ("filter", "sort", "group", "pause")
 
 TABLE = [
     Binding("up", "cursor_up", "Up", show=False, tooltip="move up", id="table-up"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 from rich.text import Text
 
 from verltop.text.cells import size_short
@@ -43,3 +45,13 @@ def mem_bar(used: int | None, total: int | None, width: int = 7, dim: bool = Fal
     if not total:
         return Text(" " * width + " " + size_short(used).rjust(4))
     return bar(used / total * 100.0, width, "mem", label=size_short(used), dim=dim)
+
+
+def hanging(text: str, width: int, indent: int, used: int | None = None) -> str:
+    """``text`` wrapped to ``width`` after ``used`` cells of its first line (``indent`` when not given), its
+    next lines starting at ``indent`` (a hanging indent: a reason wraps under itself, not under its label)."""
+    used = indent if used is None else used
+    width = max(width, indent + 10, used + 10)
+    w = textwrap.TextWrapper(width=width, initial_indent=" " * used, subsequent_indent=" " * indent,
+                             break_long_words=False, break_on_hyphens=False)
+    return w.fill(text)[used:]

@@ -68,8 +68,10 @@ def _rate(v: float | None) -> str:
 TREND_CELLS = 60
 
 
-def trends_text(tr: Trend | None) -> Text:
-    """The last minutes as sparklines: GPU utilisation, GPU memory, host RSS, GPU power (where known)."""
+def trends_text(tr: Trend | None, width: int = 160) -> Text:
+    """The last minutes as sparklines: GPU utilisation, GPU memory, host RSS, GPU power (where known); the
+    sparklines narrow so that a line keeps its figures within ``width``."""
+    n = max(10, min(TREND_CELLS, width - 14 - 36))
     t = Text()
     t.append("\ntrends", style="bold")
     if tr is None:
@@ -81,12 +83,12 @@ def trends_text(tr: Trend | None) -> Text:
                                         ("GPU memory", tr.gpu_mem_mib, "MiB", None, None),
                                         ("host RSS", tr.rss_mib, "MiB", None, None),
                                         ("GPU power", tr.power_w, "W", 0.0, None)):
-        cells = _downsample(series, TREND_CELLS)
+        cells = _downsample(series, n)
         if not any(v is not None for v in cells):
             continue
         known = [v for v in series if v is not None]
         t.append(f"  {label:<12}", style="bold")
-        t.append((spark(cells, lo, hi) or "").ljust(TREND_CELLS), style="cyan")
+        t.append((spark(cells, lo, hi) or "").ljust(n), style="cyan")
         now_v = known[-1]
         t.append(f"  now {_fmt(now_v, unit)}  min {_fmt(min(known), unit)}  max {_fmt(max(known), unit)}\n",
                  style="grey70")
@@ -97,10 +99,10 @@ def _downsample(series: tuple[float | None, ...], n: int) -> list[float | None]:
     """``n`` cells, each the highest value of its share of the series (peaks must not vanish)."""
     if len(series) <= n:
         return list(series)
-    per = len(series) / n
+    k = len(series)
     out: list[float | None] = []
-    for i in range(n):
-        chunk = [v for v in series[int(i * per):int((i + 1) * per)] if v is not None]
+    for i in range(n):  # integer bounds: the last chunk always ends at the newest value
+        chunk = [v for v in series[i * k // n:(i + 1) * k // n] if v is not None]
         out.append(max(chunk) if chunk else None)
     return out
 
@@ -135,7 +137,11 @@ class DetailsScreen(Screen):
         self.set_interval(5.0, self.show_trends)
 
     def show_trends(self) -> None:
-        self.query_one("#trends", Static).update(trends_text(self.app.engine.trend(self.actor.actor_id)))
+        self.query_one("#trends", Static).update(trends_text(self.app.engine.trend(self.actor.actor_id),
+                                                             (self.size.width or 160) - 4))
+
+    def on_resize(self) -> None:
+        self.show_trends()
 
     def action_toggle_stream(self) -> None:
         self.stream = "out" if self.stream == "err" else "err"

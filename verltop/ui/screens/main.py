@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import re
+import time
 
 from textual import on
 from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widgets import Input
 
+from verltop.analysis.marks import live_marks
 from verltop.model import ActorRow, Snapshot
+from verltop.text.marks import mark_sentence, mark_tag
 from verltop.text.pending import pending_reason
 from verltop.ui import keymap
 from verltop.ui.widgets import process_rows as PR
@@ -46,8 +49,8 @@ class MainScreen(Screen):
         self._header(None, False)
         self.query_one(ActorTable).focus()
         if self.app.demo is not None:
-            self.message("demo: H hangs a trainer rank, L makes one late, T hangs a TP worker of the rollout "
-                         "server; d dumps a group, t shows the steps, c an actor's processes")
+            # one line at 80 columns: the rest is in the footer and under ?
+            self.message("demo: H hangs a rank, L makes one late, T hangs TP worker 1; ? lists every key")
         if self.app.snapshot is not None:  # a screen pushed later starts from what the app has
             self.show_snapshot(self.app.snapshot)
 
@@ -62,7 +65,8 @@ class MainScreen(Screen):
     def table_rows(self, snap: Snapshot) -> list:
         """The table's rows for ``snap`` under the current grouping, sort and filter (pure: the app runs it
         off the UI loop)."""
-        return layout_rows(snap, self.grouping, self.sort, self.filter_rx, self.filter_invert, dict(self.toggled))
+        return layout_rows(snap, self.grouping, self.sort, self.filter_rx, self.filter_invert, dict(self.toggled),
+                           live_marks(self.app.marks, snap.actors, snap.taken_at))
 
     def _header(self, snap: Snapshot | None, paused: bool, now: float | None = None) -> None:
         engine = self.app.engine
@@ -74,7 +78,8 @@ class MainScreen(Screen):
             return
         self._last = snap
         self._header(snap, False)
-        self.table.set_shape(snap)
+        marks = live_marks(self.app.marks, snap.actors, snap.taken_at)
+        self.table.set_shape(snap, max((len(mark_tag(m)) for m in marks.values()), default=0))
         self.table.apply(rows if rows is not None else self.table_rows(snap), snap.taken_at)
         self._show_selection()
         node_of = {a.actor_id: a.node_id for a in snap.actors}
@@ -95,6 +100,14 @@ class MainScreen(Screen):
     def _redraw(self) -> None:
         if self._last is not None:
             self.table.apply(self.table_rows(self._last))
+
+    def redraw(self) -> None:
+        """Lay the table out again (the marks of a new dump: STALLED may need more room) and say so under it."""
+        if self._last is not None and not self.paused:
+            self.show_snapshot(self._last)
+        else:
+            self._redraw()
+            self._show_selection()
 
     # ---------------------------------------------------------- actions
 
@@ -200,7 +213,10 @@ class MainScreen(Screen):
             return
         aid = self.table.selected_actor()
         row = next((a for a in self._last.actors if a.actor_id == aid), None) if self._last and aid else None
-        self.query_one("#selection", TextLine).show(selection_text(row) if row else "")
+        mark = live_marks(self.app.marks, self._last.actors, self._last.taken_at).get(aid) \
+            if self._last and aid else None
+        said = mark_sentence(mark, time.strftime("%H:%M:%S", time.localtime(mark.taken_at))) if mark else None
+        self.query_one("#selection", TextLine).show(selection_text(row, said) if row else "")
 
     @on(ActorTable.ActorSelected)
     def _selected(self, event: ActorTable.ActorSelected) -> None:

@@ -17,13 +17,14 @@ from verltop.engine import DoctorJob, DoctorProgress
 from verltop.model import DoctorReport
 from verltop.text.doctor import doctor_summary, stage_text, value_text
 from verltop.ui import keymap
+from verltop.ui.render import hanging
 from verltop.ui.widgets.footer import Footer
 
 STYLE = {"mismatch": "bold red", "problem": "yellow"}
 
 
-def findings_text(r: DoctorReport) -> Text:
-    """Mismatches and problems as sentences, each with its fix."""
+def findings_text(r: DoctorReport, width: int = 160) -> Text:
+    """Mismatches and problems as sentences, each with its fix, wrapped to ``width`` under themselves."""
     t = Text()
     if r.ok:
         t.append("Every node agrees and no problem was found.", style="green")
@@ -34,11 +35,12 @@ def findings_text(r: DoctorReport) -> Text:
             t.append("\n")
         t.append(f"{title} ({len(items)})\n", style=style)
         for x in items:
-            t.append(f" • {x.problem.message}\n")
+            t.append(f" • {hanging(x.problem.message, width, 3)}\n")
             if x.problem.remedy:
-                t.append(f"   fix: {x.problem.remedy}\n", style="grey70")
+                t.append(f"   fix: {hanging(x.problem.remedy, width, 8)}\n", style="grey70")
     for n in r.notes:
-        t.append(f"\nnote: {n}", style="grey70")
+        t.append(f"\nnote: {hanging(n, width, 6)}", style="grey70")
+    t.rstrip()  # the box as tall as its text
     return t
 
 
@@ -64,6 +66,10 @@ class NodesScreen(Screen):
 
     def _status(self, text: Text | str) -> None:
         self.query_one("#doctor-status", Static).update(text)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """A recording cannot check the nodes: its footer does not offer it."""
+        return self.app.engine.live or action != "again"
 
     def action_again(self) -> None:
         job = self.app.engine.doctor(self.path, on_progress=self._progress)
@@ -101,7 +107,8 @@ class NodesScreen(Screen):
         st = Text(doctor_summary(r), style="bold" if r.ok else "bold red")
         if r.path:
             st.append(f"   shared directory {r.path}", style="grey70")
-        st.append("   r: again · Esc: back", style="grey70")
+        if (self.size.width or 160) >= 100:  # a narrow terminal has them in the footer only
+            st.append("   r: again · Esc: back", style="grey70")
         self._status(st)
         t = self.query_one("#doctor-table", DataTable)
         t.clear(columns=True)
@@ -117,7 +124,12 @@ class NodesScreen(Screen):
                 v = n.get(check)
                 cells.append(Text(value_text(check, v), style=STYLE[m] if m else ("grey50" if v is None else "")))
             t.add_row(*cells, key=check)
-        self.query_one("#doctor-findings", Static).update(findings_text(r))
+        width = max(30, (self.size.width or 160) - 6)  # inside the box's border, padding and scrollbar
+        self.query_one("#doctor-findings", Static).update(findings_text(r, width))
+
+    def on_resize(self) -> None:
+        if self.report is not None:
+            self.show_report(self.report)
 
     def action_back(self) -> None:
         self.workers.cancel_group(self, "doctor")

@@ -25,3 +25,6 @@ class PendingDetailsScreen(Screen):
         with VerticalScroll(id="details-box"):
             yield Static(details_text(self.item, self.now), id="facts")
         yield Footer()
+
+    def on_resize(self) -> None:
+        self.query_one("#facts", Static).update(details_text(self.item, self.now, (self.size.width or 160) - 4))

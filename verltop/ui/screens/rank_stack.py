@@ -10,11 +10,14 @@ from textual.widgets import Static
 
 from verltop.analysis.collectives import is_native, is_wrapper
 from verltop.model import RankDump
+from verltop.text.cells import shorten
 from verltop.ui import keymap
 from verltop.ui.widgets.footer import Footer
 
 
-def rank_stack_text(rd: RankDump) -> Text:
+def rank_stack_text(rd: RankDump, width: int = 160) -> Text:
+    """A rank's facts and every thread of its last sample; a frame that does not fit ``width`` puts its
+    ``(file:line)`` on a line of its own, and a function's name too long for a line keeps its end."""
     a = rd.actor
     t = Text()
     t.append(f"{a.worker_group or a.role}:{a.rank if a.rank is not None else '-'}  ", style="bold")
@@ -51,8 +54,10 @@ def rank_stack_text(rd: RankDump) -> Text:
             path = short_path(f.file)
             loc = f"{path}:{f.line}" if f.line else path
             style = "grey50" if is_native(f) else "grey70" if is_wrapper(f) else ""
-            t.append(f"    {f.func}", style=style or "bold")
-            t.append(f"  ({loc})\n", style="grey50")
+            func = shorten(f.func, width - 4)
+            t.append(f"    {func}", style=style or "bold")
+            apart = 4 + len(func) + 4 + len(loc) > width
+            t.append(f"{chr(10) + ' ' * 8 if apart else '  '}({loc})\n", style="grey50")
     return t
 
 
@@ -78,3 +83,6 @@ class RankStackScreen(Screen):
         with VerticalScroll(id="rank-stack-box"):
             yield Static(rank_stack_text(self.rd), id="rank-stack")
         yield Footer()
+
+    def on_resize(self) -> None:
+        self.query_one("#rank-stack", Static).update(rank_stack_text(self.rd, (self.size.width or 160) - 4))

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from textual import work
+from textual.binding import ActiveBinding
 
 from verltop.engine.replay import RecordedDump, ReplayEngine
 from verltop.model import Snapshot
@@ -22,6 +24,13 @@ class ReplayScreen(MainScreen):
     def __init__(self) -> None:
         super().__init__()
         self._shown_t: float | None = None
+
+    @property
+    def active_bindings(self) -> dict[str, ActiveBinding]:
+        """The footer: the time controls, and of the main screen's keys those a recording needs most."""
+        out = super().active_bindings
+        return {k: ab._replace(binding=replace(ab.binding, show=False)) if ab.binding.id in keymap.REPLAY_FOOTER_HIDES
+                else ab for k, ab in out.items()}
 
     @property
     def replay(self) -> ReplayEngine:
@@ -47,6 +56,8 @@ class ReplayScreen(MainScreen):
             self.message(f"incident {inc.id}: {inc.summary}", "error")
         elif passed:
             self.message(f"a dump was recorded at {clock_text(passed[-1])}: d opens it")
+        if passed:
+            self.read_marks(passed[-1])  # its suspects are marked on their rows, as after a live dump
 
     # ---------------------------------------------------------- time controls
 
@@ -97,6 +108,12 @@ class ReplayScreen(MainScreen):
             return
         self.message("reading the recorded dump…")
         self.open_dump(None if all_ else scope)
+
+    @work(exclusive=True, group="recorded-marks", thread=True)
+    def read_marks(self, t: float) -> None:
+        d = self.replay.recorded_dump(None, t)
+        if d is not None:
+            self.app.call_from_thread(self.app.remember, d.report)
 
     @work(exclusive=True, group="recorded-dump", thread=True)
     def open_dump(self, scope: str | None) -> None:

@@ -15,10 +15,14 @@ from verltop.analysis.collectives import calling_frame, collective_pending
 from verltop.analysis.merge import build_tree, compact_labels, label_title, rank_label, render_tree
 from verltop.engine import DumpJob, DumpOptions, DumpProgress
 from verltop.model import DumpReport, RankDump, Snapshot
+from verltop.text.cells import shorten
 from verltop.text.chains import end_text, hop_text
+from verltop.text.dump import dumped_text
 from verltop.text.pending import not_placed
+from verltop.text.processes import narrow_title
 from verltop.text.suspects import suspect_reason
 from verltop.ui import keymap
+from verltop.ui.render import hanging
 from verltop.ui.widgets.footer import Footer
 
 RANK_COLUMNS = (("group", "GROUP / ACTOR", 18), ("rank", "RANK", 5), ("role", "ROLE / PROCESS", 26), ("node", "NODE", 15),
@@ -27,19 +31,25 @@ RANK_COLUMNS = (("group", "GROUP / ACTOR", 18), ("rank", "RANK", 5), ("role", "R
 _CELL = {k: i for i, (k, _, _) in enumerate(RANK_COLUMNS)}
 
 
+SHORT_BELOW = 40  # fewer lines: the chain and suspect boxes give way to the table and the merged stacks
+WRAP_BELOW = 130  # narrower: the text columns narrow, and every dump's cells wrap rather than be cut
+WRAP_ROWS = 300  # wider: cells wrap in dumps of at most this many processes (rows of many lines cost time)
+
+
 def fit_rank_columns(width: int, multi_node: bool) -> tuple[tuple[str, str, int], ...]:
     """The rank table's columns for ``width`` cells: NODE only when the dump spans nodes and there is room;
-    narrow text columns on a narrow terminal; CALLING FRAME takes the rest; ERROR / NOTE only where it fits
-    (a rank's error is also on its full stack, Enter)."""
-    wide = width >= 130
-    cols = [("group", "GROUP / ACTOR", 18 if wide else 11), ("rank", "RANK", 4),
-            ("role", "ROLE / PROCESS", 22 if wide else 14)]
+    narrow text columns on a narrow terminal (their cells wrap); CALLING FRAME takes the rest; ERROR / NOTE
+    only where it fits (a rank's error is also on its full stack, Enter). Never wider than ``width``."""
+    wide = width >= WRAP_BELOW
+    narrow = width < 100
+    cols = [("group", "GROUP / ACTOR" if wide else "GROUP", 18 if wide else 10 if narrow else 11), ("rank", "RANK", 4),
+            ("role", "ROLE / PROCESS" if wide else "ROLE", 22 if wide else 13 if narrow else 14)]
     if multi_node and width >= 150:
         cols.append(("node", "NODE", 15))
-    cols.append(("op", "WAITS IN", 28 if wide else 17))
+    cols.append(("op", "WAITS IN", 28 if wide else 14 if narrow else 17))
     cols.append(("motion", "MOTION", 6))
     used = sum(w + 2 for _, _, w in cols) + 2  # cell padding, and the scrollbar
-    rest = max(16, width - used - 2)
+    rest = max(12, width - used - 2)
     if width >= 170:
         frame = min(52, rest // 2)
         cols.insert(-1, ("frame", "CALLING FRAME", frame))
@@ -49,7 +59,10 @@ def fit_rank_columns(width: int, multi_node: bool) -> tuple[tuple[str, str, int]
     return tuple(cols)
 
 
-def rank_cells(r: RankDump, suspect: bool) -> tuple:
+def rank_cells(r: RankDump, suspect: bool, cols: tuple[tuple[str, str, int], ...] = ()) -> tuple:
+    """A rank's cells; with ``cols`` (the table's), names wider than their column are shortened from the
+    middle (``agent_lo…worker_0``, ``└ Worker_TP1``), the rest wraps."""
+    width = {k: w for k, _, w in cols}
     a = r.actor
     op = Text("-", style="grey50")
     if r.blocked_on:
@@ -68,11 +81,20 @@ def rank_cells(r: RankDump, suspect: bool) -> tuple:
     note = Text(r.error.text if r.error else "", style="yellow")
     if r.death is not None:
         note.append(f" {r.death.kind}: {r.death.detail or '-'}", style="bold red")
-    who = Text(a.worker_group or ("controller" if a.role == "controller" else a.actor_name or "-"))
-    if suspect:
-        who = Text("▶ " + who.plain, style="bold red")
+    name = a.worker_group or ("controller" if a.role == "controller" else a.actor_name or "-")
+    if "group" in width:
+        name = shorten(name, width["group"] - (2 if suspect else 0))
+    who = Text(("▶ " if suspect else "") + name, style="bold red" if suspect else "")
     # a child process sits under its actor, by its title (the role is its actor's)
-    role = Text(f" └ {label_title(r.process)}", style="cyan") if r.process is not None else Text(a.role)
+    if r.process is not None:
+        title = label_title(r.process)
+        if "role" in width and len(title) + 3 > width["role"]:
+            title = shorten(narrow_title(r.process), width["role"] - 2)
+            role = Text(f"└ {title}", style="cyan")
+        else:
+            role = Text(f" └ {title}", style="cyan")
+    else:
+        role = Text(shorten(a.role, width["role"]) if "role" in width else a.role)
     return (who, "-" if a.rank is None else str(a.rank), role, a.node_ip or "-", op, frame or "-", motion, note)
 
 
@@ -99,8 +121,10 @@ class StackScreen(Screen):
 
     def compose(self) -> ComposeResult:
         yield Static("", id="stack-status")
-        yield Static("", id="chains")
-        yield Static("", id="suspects")
+        with VerticalScroll(id="chains-box"):  # long chains and reasons scroll (Tab) on a short terminal
+            yield Static("", id="chains")
+        with VerticalScroll(id="suspects-box"):
+            yield Static("", id="suspects")
         yield DataTable(id="ranks", cursor_type="row")
         with VerticalScroll(id="tree-box"):
             yield Static("", id="tree")
@@ -109,6 +133,7 @@ class StackScreen(Screen):
     def on_mount(self) -> None:
         self._cols: tuple[tuple[str, str, int], ...] = ()
         self._layout()
+        self.set_class((self.size.height or 50) < SHORT_BELOW, "-short")
         self.query_one("#ranks", DataTable).focus()
         if self.report is not None:
             self._show_report(self.report)
@@ -131,21 +156,35 @@ class StackScreen(Screen):
         return True
 
     def on_resize(self) -> None:
+        self.set_class((self.size.height or 50) < SHORT_BELOW, "-short")
         if getattr(self, "_cols", None) is not None and self._layout():
             if self.report is not None:
-                self._fill(self.report)
+                self._show_report(self.report)
             else:
                 for rd in list(self.partial.values()):
                     self._show_rank(rd)
 
     def _cells(self, r: RankDump, suspect: bool) -> list:
-        cells = rank_cells(r, suspect)
+        cells = rank_cells(r, suspect, self._cols)
         return [cells[_CELL[k]] for k, _, _ in self._cols]
+
+    @property
+    def _wrap(self) -> bool:
+        return (self.size.width or 160) < WRAP_BELOW
+
+    def _add_row(self, t: DataTable, cells: list, key: str) -> None:
+        # a frame wraps rather than lose its function's name (a huge dump keeps one line a rank: it is faster)
+        auto = self._wrap or len(self.partial) + (len(self.report.ranks) if self.report else 0) <= WRAP_ROWS
+        t.add_row(*cells, key=key, height=None if auto else 1)
 
     # ---------------------------------------------------------- capture
 
     def _status(self, text: Text | str) -> None:
         self.query_one("#stack-status", Static).update(text)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """A recording cannot take dumps nor ask ranks: its footer offers neither."""
+        return self.app.engine.live or action not in ("again", "flight_recorder")
 
     def action_again(self) -> None:
         if not self.app.engine.live:
@@ -205,38 +244,44 @@ class StackScreen(Screen):
             for (ck, _, _), v in zip(self._cols, cells, strict=True):
                 t.update_cell(key, ck, v)
         else:
-            t.add_row(*cells, key=key)
+            self._add_row(t, cells, key)
 
     def _show_report(self, r: DumpReport) -> None:
-        ok = sum(1 for x in r.ranks if x.error is None)
+        self.app.remember(r)  # its suspects stay marked on the main screen
         took = f", in {self.job.elapsed_s:.1f} s" if self.job and self.job.elapsed_s is not None else ""
         st = Text(style="bold")
         if self.title:
             st.append(f"{self.title}: ", style="cyan")
-        st.append(f"{ok}/{len(r.ranks)} ranks dumped, {r.samples} samples ~1 s apart{took}")
+        apart = f"{r.samples} samples ~1 s apart" if r.samples != 1 else "1 sample"
+        st.append(f"{dumped_text(r)}, {apart}{took}")
         if r.notes:
             st.append("   " + "; ".join(r.notes), style="yellow")
-        keys = "Enter: full stack · w: write · r: again · Esc: back" if self.app.engine.live else \
-            "Enter: full stack · w: write · Esc: back"
-        st.append("   " + keys, style="grey70")
+        if (self.size.width or 160) >= WRAP_BELOW:  # a narrow terminal has them in the footer only
+            keys = "Enter: full stack · w: write · r: again · Esc: back" if self.app.engine.live else \
+                "Enter: full stack · w: write · Esc: back"
+            st.append("   " + keys, style="grey70")
         self._status(st)
-        self.query_one("#chains", Static).update(chains_rich(r))
-        self.query_one("#chains", Static).display = bool(r.chains)
+        chains = chains_rich(r)
+        chains.rstrip()  # the box as tall as its lines
+        self.query_one("#chains", Static).update(chains)
+        self.query_one("#chains-box").display = bool(r.chains)
         sus = self.query_one("#suspects", Static)
         if r.suspects:
             from verltop.text.dump import suspect_label
 
-            txt = Text("SUSPECTS — most likely first\n", style="bold red")
+            txt = Text("SUSPECTS — most likely first", style="bold red")
+            width = max(30, (self.size.width or 160) - 6)  # inside the box's border, padding and scrollbar
             for s in r.suspects:
-                txt.append(f" ▶ {suspect_label(s, r)}  ", style="bold")
-                txt.append(suspect_reason(s) + "\n")
+                label = f" ▶ {suspect_label(s, r)}  "
+                txt.append("\n" + label, style="bold")
+                txt.append(hanging(suspect_reason(s), width, len(label)))
             sus.update(txt)
-            sus.set_class(False, "-none")
+            self.query_one("#suspects-box").set_class(False, "-none")
         else:
             sus.update(Text("No suspect: no rank stands apart from its peers.", style="green"))
-            sus.set_class(True, "-none")
+            self.query_one("#suspects-box").set_class(True, "-none")
         self._fill(r)
-        self.query_one("#tree", Static).update(tree_rich(r))
+        self.query_one("#tree", Static).update(tree_rich(r, (self.size.width or 160) - 6))
 
     def _fill(self, r: DumpReport) -> None:
         """The rank table of a finished dump: suspects first, each child process right under its actor."""
@@ -251,7 +296,7 @@ class StackScreen(Screen):
                                                x.actor.rank or 0, x.actor.actor_id, x.process is not None,
                                                x.actor.pid or 0))
         for x in order:
-            t.add_row(*self._cells(x, sus(x)), key=x.key)
+            self._add_row(t, self._cells(x, sus(x)), x.key)
 
     # ---------------------------------------------------------- actions
 
@@ -281,9 +326,25 @@ class StackScreen(Screen):
         self.app.pop_screen()
 
     def action_down(self) -> None:
-        self.query_one("#ranks", DataTable).action_cursor_down()
+        """j: down the rank table, then on into the merged stacks; in a box, scroll it."""
+        t = self.query_one("#ranks", DataTable)
+        box = self.focused
+        if isinstance(box, VerticalScroll):
+            box.scroll_down(animate=False)
+        elif t.row_count and t.cursor_row >= t.row_count - 1:
+            self.query_one("#tree-box").focus()
+        else:
+            t.action_cursor_down()
 
     def action_up(self) -> None:
+        """k: up the rank table; from the top of the merged stacks, back into the table."""
+        box = self.focused
+        if isinstance(box, VerticalScroll):
+            if box.id == "tree-box" and box.scroll_y <= 0:
+                self.query_one("#ranks", DataTable).focus()
+            else:
+                box.scroll_up(animate=False)
+            return
         self.query_one("#ranks", DataTable).action_cursor_up()
 
     def _selected(self) -> RankDump | None:
@@ -321,7 +382,9 @@ class StackScreen(Screen):
         self._status(Text(f"wrote {txt.resolve()} and {js.name}", style="bold green"))
 
 
-def tree_rich(r: DumpReport) -> Text:
+def tree_rich(r: DumpReport, width: int = 160) -> Text:
+    """The merged stacks, one line a frame; a line longer than ``width`` wraps under its frame, not at the
+    left edge."""
     stacks = {rank_label(x): x.stack for x in r.ranks if x.main is not None}
     lines = render_tree(build_tree(stacks))
     suspects = {rank_label(x) for x in r.ranks if (x.actor.actor_id, x.actor.pid) in {(s.actor_id, s.pid)
@@ -330,10 +393,13 @@ def tree_rich(r: DumpReport) -> Text:
     t = Text("MERGED STACKS — outermost frame first; [ranks] (count)\n", style="bold")
     for depth, text, ranks in lines:
         small = len(ranks) < total and ranks <= suspects
-        t.append("  " * depth)
-        t.append(f"[{compact_labels(ranks)}]", style="bold red" if small else "cyan")
-        t.append(f" ({len(ranks)}) ", style="grey50")
-        t.append(text + "\n", style="bold" if small else "")
+        pad, count = 2 * depth, f" ({len(ranks)}) "
+        labels = hanging(f"[{compact_labels(ranks)}]", width, pad + 1, pad)
+        t.append(" " * pad)
+        t.append(labels, style="bold red" if small else "cyan")
+        t.append(count, style="grey50")
+        used = len(labels.rsplit("\n", 1)[-1]) + (pad if "\n" not in labels else 0) + len(count)
+        t.append(hanging(text, width, pad + 4, used) + "\n", style="bold" if small else "")
     return t
 
 

@@ -72,7 +72,7 @@ class TimelineScreen(Screen):
 
     def redraw(self) -> None:
         now = self.now or self.app.clock()
-        self.query_one("#timeline-header", TextLine).show(header_text(self.steps, now))
+        self.query_one("#timeline-header", TextLine).show(header_text(self.steps, now, (self.size.width or 120) < 100))
         width = max(40, (self.size.width or 120) - 4)
         cur = self.current
         if not self.steps:

@@ -15,6 +15,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from verltop.model import PendingItem, Snapshot
+from verltop.text.cells import shorten
 from verltop.ui import keymap
 from verltop.ui.widgets import pending_rows
 from verltop.ui.widgets import process_rows as PR
@@ -25,6 +26,18 @@ from verltop.ui.widgets.table_types import Row, Shown
 
 # the names callers knew this module by
 __all__ = ["ActorTable", "Row", "Shown", "actor_cell", "layout_rows"]
+
+
+def _middle(t: Text, keep: int, width: int) -> Text:
+    """A name cell too wide for its column, shortened from the middle after its first ``keep`` cells (a tree's
+    branch, a marker): ``└ Eng…ore_DP0``, not ``└ EngineCore_…``; its end says which one it is."""
+    if t.cell_len <= width:
+        return t
+    head, name = t[:keep], t[keep:]
+    short = shorten(name.plain, max(1, width - keep))
+    out = head.copy()
+    out.append(short, style=name.spans[0].style if name.spans else name.style)
+    return out
 
 
 class ActorTable(ScrollView, can_focus=True):
@@ -83,12 +96,12 @@ class ActorTable(ScrollView, can_focus=True):
     def column_keys(self) -> tuple[str, ...]:
         return tuple(c.key for c in self._cols)
 
-    def set_shape(self, snap: Snapshot) -> None:
+    def set_shape(self, snap: Snapshot, why: int = 0) -> None:
         """What the cluster has decides which columns exist: GPUs on any node, more than one node, and how
-        wide its role, node and task names are."""
+        wide its role, node and task names are; ``why``: what STALLED must hold whole (a suspect's mark)."""
         has_gpu = any(n.gpus for n in snap.nodes) or any(a.gpu_index is not None for a in snap.actors)
         multi = len({a.node_id for a in snap.actors if a.node_id}) > 1 or len(snap.nodes) > 1
-        shape = (has_gpu, multi, tuple(sorted(content_widths(snap).items())))
+        shape = (has_gpu, multi, tuple(sorted({**content_widths(snap), "why": why}.items())))
         if shape != self._shape:
             self._shape = shape
             self._relayout()
@@ -185,15 +198,24 @@ class ActorTable(ScrollView, can_focus=True):
         return out
 
     def _cell(self, r: Row, c: Shown) -> Text | str:
+        if c.key == "why" and r.mark:  # a dump's suspect: its mark first, the stall's tags after
+            t = Text(r.mark, style="bold magenta")
+            rest = PR.proc_cell(r, c) if r.proc is not None else actor_cell(r.actor, c, self.now) if r.actor else ""
+            more = rest.plain if isinstance(rest, Text) else rest
+            if more and len(r.mark) + 2 + len(more) <= c.width:  # else the mark alone, not cut
+                t.append(", ")
+                t.append_text(rest) if isinstance(rest, Text) else t.append(rest)
+            return t
         if r.proc is not None:
-            return PR.proc_cell(r, c)
+            v = PR.proc_cell(r, c)
+            return _middle(v, len(r.branch), c.width) if c.key == "role" and isinstance(v, Text) else v
         assert r.actor is not None
         v = actor_cell(r.actor, c, self.now)
         if c.key == "role" and r.marker:
             t = Text(r.marker + " ", style="grey50")
             t.append_text(v) if isinstance(v, Text) else t.append(v)
-            return t
-        return v
+            return _middle(t, 2, c.width)
+        return _middle(v, 0, c.width) if c.key == "role" and isinstance(v, Text) else v
 
     def get_row(self, key: str) -> list[str]:
         return list(self.cells(key).values())
@@ -256,7 +278,7 @@ class ActorTable(ScrollView, can_focus=True):
             return self._finish(line, r, selected)
         if r.proc is not None:
             self.cells_built += 1
-            return self._line_strip([PR.proc_cell(r, c) for c in self._cols], self._cols, r, selected)
+            return self._line_strip([self._cell(r, c) for c in self._cols], self._cols, r, selected)
         a = r.actor
         assert a is not None
         static, _age = r.sig(self.now)

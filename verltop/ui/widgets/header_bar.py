@@ -6,8 +6,10 @@ runs into its neighbour.
 
 from __future__ import annotations
 
+import io
 import time
 
+from rich.console import Console
 from rich.text import Text
 
 from verltop.engine.base import Playback
@@ -18,6 +20,7 @@ from verltop.ui.widgets.text_line import TextLine
 
 GAP = "   "
 MAX_LINES = 6
+NARROW = 100
 
 
 def _item(*parts: tuple[str, str]) -> Text:
@@ -37,7 +40,7 @@ def playback_item(p: Playback) -> Text:
 
 
 def header_items(s: Snapshot | None, paused: bool, problem: Problem | None = None, now: float | None = None,
-                 playback: Playback | None = None) -> list[list[Text]]:
+                 playback: Playback | None = None, narrow: bool = False, note: bool = True) -> list[list[Text]]:
     """The header's items, in rows that are kept apart: identity and counts; load, phase and progress;
     freshness and errors. ``now`` (later than the snapshot) moves the progress clock and the data's age on.
     A replay's ``playback`` (the recorded time) comes first."""
@@ -52,7 +55,9 @@ def header_items(s: Snapshot | None, paused: bool, problem: Problem | None = Non
     mem_used = sum(n.mem_used_bytes or 0 for n in alive_nodes)
     mem_total = sum(n.mem_total_bytes or 0 for n in alive_nodes)
 
-    first = [_item(("verltop ", "bold"), (s.address, "grey70"))]
+    # a narrow terminal: the address without its scheme, so that "N stalled" does not push a line down
+    addr = s.address.split("://", 1)[-1] if narrow else s.address
+    first = [_item(("verltop ", "bold"), (addr, "grey70"))]
     nodes = _item((f"nodes {len(alive_nodes)}", "bold"))
     if len(alive_nodes) != len(s.nodes):
         nodes.append(f" ({len(s.nodes) - len(alive_nodes)} dead)", style="red")
@@ -63,13 +68,13 @@ def header_items(s: Snapshot | None, paused: bool, problem: Problem | None = Non
         g.append(" ")
         g.append_text(bar(sum(utils) / len(utils), 8, "gpu"))
     first.append(g)
-    if not gpus and s.gpu_note:
-        first.append(_item((f"({s.gpu_note})", "grey50")))
     actors = _item(("actors ", "bold"), (str(len(s.actors)), ""))
     stalled = sum(1 for a in s.actors if a.stalled)
     if stalled:
         actors.append(f"  {stalled} stalled", style="bold red")
     first.append(actors)
+    if not gpus and s.gpu_note and note:  # why there are none: last, and only where it fits (header_text)
+        first.append(_item((s.gpu_note, "grey50")))
 
     second = [_item(("CPU ", "bold")), _item(("MEM ", "bold"))]
     second[0].append_text(bar(sum(cpu_vals) / len(cpu_vals) if cpu_vals else None, 8, "cpu"))
@@ -96,10 +101,19 @@ def header_items(s: Snapshot | None, paused: bool, problem: Problem | None = Non
     if stale:
         oldest = max(stale, key=lambda x: x.age_s or 0)
         third.append(_item((f"{oldest.name} data {age((oldest.age_s or 0) + late)} old (stale)", "bold yellow")))
-    third += [_item((e, "yellow")) for e in s.errors]
+    third += [_item((e, "yellow")) for e in _errors(s)]
     if s.truncated:
         third.append(_item((s.truncated, "yellow")))
     return [row for row in (*replay, first, second, third) if row]
+
+
+def _errors(s: Snapshot) -> list[str]:
+    """Each source's error once: sources that fail alike share a line (``actors, tasks, nodes: …``)."""
+    by_text: dict[str, list[str]] = {}
+    for src in s.sources:
+        if src.error:
+            by_text.setdefault(src.error.text, []).append(src.name)
+    return [f"{', '.join(names)}: {text}" for text, names in by_text.items()]
 
 
 def _object_store(nodes: list) -> Text | None:
@@ -130,16 +144,25 @@ def _step_item(s: Snapshot) -> Text:
     return t
 
 
+def _wrapped(item: Text, width: int) -> list[Text]:
+    """An item longer than a line (an error's sentence) on as many lines as it needs, cut between words."""
+    console = Console(width=width, file=io.StringIO(), color_system=None)
+    return [line for line in item.wrap(console, width, overflow="ellipsis")]
+
+
 def flow(rows: list[list[Text]], width: int, max_lines: int = MAX_LINES) -> Text:
-    """Items into lines of at most ``width`` cells, ``GAP`` apart; an item longer than a line is cut with an
-    ellipsis. Each row of items starts a new line."""
+    """Items into lines of at most ``width`` cells, ``GAP`` apart; an item longer than a line wraps onto
+    lines of its own. Each row of items starts a new line."""
     lines: list[Text] = []
     for row in rows:
         cur: Text | None = None
         for item in row:
             if item.cell_len > width:
-                item = item.copy()
-                item.truncate(max(1, width), overflow="ellipsis")
+                if cur is not None:
+                    lines.append(cur)
+                *whole, item = _wrapped(item, width)
+                lines += whole
+                cur = None
             if cur is not None and cur.cell_len + len(GAP) + item.cell_len <= width:
                 cur.append(GAP)
                 cur.append_text(item)
@@ -156,7 +179,15 @@ def flow(rows: list[list[Text]], width: int, max_lines: int = MAX_LINES) -> Text
 
 def header_text(s: Snapshot | None, paused: bool, width: int = 160, problem: Problem | None = None,
                 now: float | None = None, playback: Playback | None = None) -> Text:
-    return flow(header_items(s, paused, problem, now, playback), max(20, width))
+    """The header for ``width`` cells: on a narrow terminal the address loses its scheme; why there are no GPUs
+    is said only where it does not cost a line (so "N stalled" never pushes the table down)."""
+    width, narrow = max(20, width), width < NARROW
+    full = flow(header_items(s, paused, problem, now, playback, narrow), width)
+    if s is None or s.gpu_note is None:
+        return full
+    # what only explains (why there are no GPUs) never costs the header a line
+    bare = flow(header_items(s, paused, problem, now, playback, narrow, note=False), width)
+    return bare if bare.plain.count("\n") < full.plain.count("\n") else full
 
 
 class HeaderBar(TextLine):

@@ -14,6 +14,7 @@ from rich.text import Text
 from verltop.model import PendingItem, Snapshot
 from verltop.text.cells import age, duration, plural
 from verltop.text.pending import amount, demand, pending_reason
+from verltop.ui.render import hanging
 
 KEY_PREFIX = "pend:"
 GROUP_KEY = "grp:pending"
@@ -79,8 +80,8 @@ def sig(p: PendingItem, now: float | None) -> tuple:
             None if waited is None else int(waited))
 
 
-def details_text(p: PendingItem, now: float | None = None) -> Text:
-    """Enter on a pending line: every fact of it."""
+def details_text(p: PendingItem, now: float | None = None, width: int = 160) -> Text:
+    """Enter on a pending line: every fact of it; why it waits wrapped under itself to ``width``."""
     t = Text()
 
     def row(k: str, v: object, style: str = "") -> None:
@@ -102,5 +103,5 @@ def details_text(p: PendingItem, now: float | None = None) -> Text:
                             f"{amount(c.resource, c.node_free)} free" if c.node_total is not None else None)
         row("nodes compared", c.nodes)
     t.append("\nwhy\n", style="bold")
-    t.append(f"  {pending_reason(p)}\n", style="red" if c is not None and c.verdict == "infeasible" else "")
+    t.append(f"  {hanging(pending_reason(p), width, 2)}\n", style="red" if c is not None and c.verdict == "infeasible" else "")
     return t

@@ -12,6 +12,7 @@ from verltop.analysis.steps import median_step_s, union_s
 from verltop.analysis.trends import spark
 from verltop.model import PHASES, PhaseRun, Step
 from verltop.text.cells import duration
+from verltop.ui.render import hanging
 
 # one colour per phase (background of its span); "other" is the controller's own time
 PHASE_STYLE = {
@@ -111,8 +112,9 @@ def worst_skew(s: Step) -> PhaseRun | None:
     return r if (r.skew_s or 0.0) >= NOTABLE_SKEW_S else None
 
 
-def header_text(steps: Sequence[Step], now: float) -> Text:
-    """``step 123 · 10.2 s/step (median of last 10) · ▂▃▂▂█▂ · now: update_actor 3m12s``."""
+def header_text(steps: Sequence[Step], now: float, narrow: bool = False) -> Text:
+    """``step 123 · 10.2 s/step (median of last 10) · ▂▃▂▂█▂ · now: update_actor 3m12s``; ``narrow``: fewer
+    words (80 columns)."""
     t = Text()
     if not steps:
         t.append("no training steps seen yet", style="bold")
@@ -123,7 +125,7 @@ def header_text(steps: Sequence[Step], now: float) -> Text:
     med = median_step_s(steps)
     t.append("   ")
     t.append(f"{duration(med)}/step" if med is not None else "-/step", style="bold cyan")
-    t.append(" (median of the last 10)   ", style="grey70")
+    t.append("   " if narrow else " (median of the last 10)   ", style="grey70")
     lens = [s.duration_s for s in steps if s.duration_s is not None][-40:]
     sp = spark(lens)
     if sp:
@@ -137,7 +139,7 @@ def header_text(steps: Sequence[Step], now: float) -> Text:
             t.append(r.phase + " ", style=f"bold {PHASE_STYLE.get(r.phase, '')}")
             t.append(duration(r.duration_s(now)), style="bold")
             if r.running < r.ranks and r.running:
-                t.append(f"  ({r.running} of {r.ranks} ranks still running)", style="bold red")
+                t.append(f"  ({r.running} of {r.ranks} {'' if narrow else 'ranks still '}running)", style="bold red")
         else:
             t.append(f"between calls {duration(now - max(r.end_s or 0 for r in cur.runs))}", style="grey70")
     return t
@@ -149,6 +151,11 @@ def legend() -> Text:
         t.append(f" {p} ", style=f"{'grey70' if p == 'other' else 'black'} on {PHASE_STYLE[p]}")
         t.append(" ")
     return t
+
+
+def skew_text(s: float) -> str:
+    """A skew in one format down a column: ``0.0s``, ``1.5s``, ``12s``, ``3m05s`` (never ``0s`` next to ``0.4s``)."""
+    return f"{max(s, 0.0):.1f}s" if s < 9.95 else duration(s)
 
 
 def skew_sentence(r: PhaseRun, now: float) -> str:
@@ -182,9 +189,16 @@ def step_detail(s: Step, now: float, width: int = 120) -> Text:
         big = False
         if r.skew_s is not None:
             big = r.skew_s >= NOTABLE_SKEW_S and r.skew_s >= 0.1 * max(r.duration_s(now), 1e-9)
-            t.append(f"  skew {duration(r.skew_s)}", style="bold red" if big else "grey70")
+            t.append(f"  skew {skew_text(r.skew_s)}", style="bold red" if big else "grey70")
         if big:
-            t.append(f"  {skew_sentence(r, now)}", style="red")
+            said = skew_sentence(r, now)
+            if t.cell_len + 2 + len(said) > width:  # a narrow screen: the sentence on a line of its own
+                lines.append(t)
+                t = Text(no_wrap=True, overflow="ellipsis")
+                t.append(" " * 18 + hanging(said, width, 18), style="red")
+                t.no_wrap = False
+            else:
+                t.append(f"  {said}", style="red")
         else:
             t.append(f"  {r.group}.{r.method}", style="grey50")
         lines.append(t)
@@ -192,5 +206,6 @@ def step_detail(s: Step, now: float, width: int = 120) -> Text:
         lines.append(Text(f"  {'other':<14}{duration(secs['other']):>7}  controller and gaps between calls "
                           "(advantages, data loading)", style="grey70", no_wrap=True, overflow="ellipsis"))
     for t in lines:
-        t.truncate(max(20, width), overflow="ellipsis")
+        if t.no_wrap:
+            t.truncate(max(20, width), overflow="ellipsis")
     return Text("\n").join(lines)

@@ -102,12 +102,15 @@ def process_selection_text(r: Row) -> Text:
     return t
 
 
-def selection_text(a: ActorRow) -> Text:
-    """One line under the table: the selected actor and, if stalled, the full reasons."""
+def selection_text(a: ActorRow, suspect: str | None = None) -> Text:
+    """One line under the table: the selected actor, why the last dump suspects it (``suspect``) and, if
+    stalled, the full reasons."""
     t = Text()
     t.append(f"{a.worker_group or a.role}", style="bold")
     if a.rank is not None:
         t.append(f" rank {a.rank}" + (f"/{a.world_size}" if a.world_size else ""), style="bold")
+    if suspect:  # what the dump found says most: first, before the actor's particulars
+        t.append(f"  {suspect}", style="bold magenta")
     t.append(f"  {a.actor_name or a.actor_id[:12]}  pid {a.pid or '-'}  {a.task or 'idle'}", style="grey70")
     if a.num_restarts:
         t.append(f"  ↻ restarted {a.num_restarts}×", style="dark_orange")

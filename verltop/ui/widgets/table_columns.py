@@ -39,6 +39,7 @@ ALL_COLUMNS = (
 _BY_KEY = {c.key: c for c in ALL_COLUMNS}
 GPU_COLUMNS = ("gpu", "gpu_util", "gpu_mem")
 PAD = 2  # one space each side of every cell: neighbours never touch
+WHY_AT_MOST = 24  # the most STALLED asks for, to hold a suspect's mark whole
 SCROLLBAR = 2
 
 # How the table gives way on a narrow terminal, first step first: compact bars, narrower text, then whole
@@ -74,10 +75,10 @@ def fit_columns(width: int, has_gpu: bool = True, multi_node: bool = True,
         if (c.key in GPU_COLUMNS and not has_gpu) or (c.key == "node" and not multi_node):
             continue
         w = c.width
-        if c.key in content:
+        if c.key in content and c.key != "why":
             w = max(len(c.label), min(w, content[c.key]))
         cols[c.key] = Shown(c.key, c.label, w)
-    why_min = _BY_KEY["why"].width
+    why_min = max(_BY_KEY["why"].width, min(content.get("why", 0), WHY_AT_MOST))  # a suspect's mark whole
 
     def used() -> int:
         return sum(s.width + PAD for k, s in cols.items() if k != "why") + why_min + PAD + SCROLLBAR

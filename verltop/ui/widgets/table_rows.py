@@ -7,8 +7,10 @@ import re
 
 from rich.text import Text
 
+from verltop.analysis.marks import SuspectMark
 from verltop.model import ActorRow, GroupWork, Snapshot
 from verltop.text.cells import plural
+from verltop.text.marks import held_up_text, mark_tag
 from verltop.text.stalls import stall_reasons
 from verltop.ui.widgets import pending_rows
 from verltop.ui.widgets import process_rows as PR
@@ -31,8 +33,10 @@ def group_of(a: ActorRow, grouping: str) -> str:
     return a.role
 
 
-def header_text(name: str, members: list[ActorRow], grouping: str, work: GroupWork | None = None) -> Text:
-    """A group row: ``▼ name  roles it hosts  N ranks  S stalled  D dead  R restarts  P pending  T retries``."""
+def header_text(name: str, members: list[ActorRow], grouping: str, work: GroupWork | None = None,
+                held: list[SuspectMark] | None = None) -> Text:
+    """A group row: ``▼ name  roles it hosts  N ranks  S stalled  D dead  R restarts  P pending  T retries``,
+    then who holds it up when the last dump named suspects in it (``▶ held up by rank 2``)."""
     stalled = sum(1 for m in members if m.stalled)
     dead = sum(1 for m in members if m.state in ("DEAD", "RESTARTING"))
     restarts = sum(m.num_restarts or 0 for m in members)
@@ -60,6 +64,8 @@ def header_text(name: str, members: list[ActorRow], grouping: str, work: GroupWo
             t.append(f"  {work.pending} pending", style="yellow")
         if work.retries:
             t.append(f"  {work.retries} {'retry' if work.retries == 1 else 'retries'}", style="dark_orange")
+    if held:
+        t.append(f"  {held_up_text(held)}", style="bold magenta")
     return t
 
 
@@ -89,10 +95,12 @@ def matches(a: ActorRow, rx: re.Pattern[str] | None, invert: bool) -> bool:
 
 
 def layout_rows(snap: Snapshot, grouping: str, sort: str, rx: re.Pattern[str] | None = None,
-                invert: bool = False, toggled: dict[str, bool] | None = None) -> list[Row]:
+                invert: bool = False, toggled: dict[str, bool] | None = None,
+                marks: dict[str, SuspectMark] | None = None) -> list[Row]:
     """The ordered rows to show: group headers followed by their actors, each actor followed by its child
     processes when its tree is open (``toggled``: the user's choices by actor id, over
-    ``process_rows.default_open``), and the orphans' group last."""
+    ``process_rows.default_open``), and the orphans' group last. ``marks``: the last dump's suspects that
+    still hold (``analysis.marks.live_marks``), marked on their rows and their group's."""
     groups: dict[str, list[ActorRow]] = {}
     for a in snap.actors:
         if matches(a, rx, invert):
@@ -105,18 +113,25 @@ def layout_rows(snap: Snapshot, grouping: str, sort: str, rx: re.Pattern[str] | 
         rows.append(Row(pending_rows.GROUP_KEY, header=pending_rows.header(snap)))
         rows.extend(Row(pending_rows.key_of(p), pending=p) for p in shown)
     work = {w.group: w for w in snap.work} if grouping == "group" else {}
+    marks = marks or {}
     for name, members in groups.items():  # snapshot order: controller, groups, others
         if sort != "rank":
             members = sorted(members, key=lambda a: _sort_value(a, sort))
-        rows.append(Row(f"grp:{grouping}:{name}", header=header_text(name, members, grouping, work.get(name))))
+        held = [marks[a.actor_id] for a in members if a.actor_id in marks]
+        rows.append(Row(f"grp:{grouping}:{name}", header=header_text(name, members, grouping, work.get(name),
+                                                                     held)))
         for a in members:
+            m = marks.get(a.actor_id)
+            tag = mark_tag(m) if m is not None else ""
             if not a.processes:
-                rows.append(Row(a.actor_id, actor=a))
+                rows.append(Row(a.actor_id, actor=a, mark=tag))
                 continue
             open_ = PR.is_open(a, toggled, defaults)
-            rows.append(Row(a.actor_id, actor=a, marker="▾" if open_ else "▸"))
+            rows.append(Row(a.actor_id, actor=a, marker="▾" if open_ else "▸", mark=tag))
             if open_:
-                rows.extend(Row(f"proc:{a.actor_id}:{p.pid}", proc=p, parent=a, branch=b)
+                child = m.suspect.pid if m is not None and m.process else None
+                rows.extend(Row(f"proc:{a.actor_id}:{p.pid}", proc=p, parent=a, branch=b,
+                                mark=tag if p.pid == child else "")
                             for p, b in zip(a.processes, PR.branches(a.processes), strict=True))
     if snap.orphans and not invert and (rx is None or any(o.title and rx.search(o.title) for o in snap.orphans)):
         rows.append(Row("grp:orphans", header=PR.orphans_header(snap.orphans)))

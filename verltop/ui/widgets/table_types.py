@@ -37,6 +37,7 @@ class Row:
     note: str = ""  # orphans: whose they were
     marker: str = ""  # actor rows with processes: ▾ open, ▸ closed
     pending: PendingItem | None = None  # a line of the "pending" group (ui/widgets/pending_rows.py)
+    mark: str = ""  # a suspect of the last dump: its few words, first in STALLED (text/marks.py)
 
     @property
     def actor_id(self) -> str | None:
@@ -51,7 +52,7 @@ class Row:
             return (("p", pending_rows.sig(self.pending, now)), None)
         if self.proc is not None:
             p = self.proc
-            return (("p", self.branch, self.note, p.title, p.pid, p.ppid, p.gpu_index,
+            return (("p", self.branch, self.note, self.mark, p.title, p.pid, p.ppid, p.gpu_index,
                      None if p.gpu_mem_bytes is None else p.gpu_mem_bytes >> 20, p.gpu_mem_total_bytes,
                      None if p.cpu_percent is None else round(p.cpu_percent),
                      None if p.rss_bytes is None else p.rss_bytes >> 20, p.node_ip,
@@ -63,7 +64,7 @@ class Row:
                   None if a.gpu_mem_bytes is None else a.gpu_mem_bytes >> 20, a.gpu_mem_total_bytes,
                   None if a.cpu_percent is None else round(a.cpu_percent),
                   None if a.rss_bytes is None else a.rss_bytes >> 20, a.host_mem_total_bytes, a.state, a.task,
-                  a.stalls, a.trend, a.num_restarts)
+                  a.stalls, a.trend, a.num_restarts, self.mark)
         # the age ticks every second; kept apart so the rest of the row is not re-rendered for it
         return (static, _int_age(a, now))
 
