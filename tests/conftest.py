@@ -27,21 +27,29 @@ def replay():
         yield d
 
 
-# Under `pytest -n 2 --dist loadgroup` (the README's test command) one worker runs every real-cluster test,
-# one cluster at a time as on a single process, while the other takes the rest: the clusters mostly wait for
-# hangs and steps, so the unit tests fill that time. Modules that listen on fixed ports (their SVGs show the
-# address) stay on one worker together.
+# Under `pytest -n 2 --dist loadgroup` (the README's test command) the real-cluster tests are the long pole, and
+# they mostly wait (for hangs, steps, timeouts), so they run as two groups, one per worker, each one cluster at a
+# time: "demo" (the demo's cluster and the pending job's, both started by ray.init, whose dashboard agent takes
+# Ray's fixed port 52365) and "clusters" (ray.cluster_utils clusters, whose heads take a free agent port: see
+# tests/net.py AGENT_PORT). The unit tests fill the gaps on both. Modules that listen on fixed ports (their SVGs
+# show the address) stay on one worker together.
 _FIXED_PORT_MODULES = ("test_snapshots.py", "test_more_screens.py", "test_narrow_screens.py")
+_ON_RAY_INIT = {"demo", "hung_demo", "tp_hung_demo", "sandbox_hung_demo", "dashboard", "pending_cluster"}
+
+
+def cluster_group(item: pytest.Item) -> str:
+    """Which real-cluster group a test runs in (see above)."""
+    return "demo" if _ON_RAY_INIT & set(getattr(item, "fixturenames", ())) else "clusters"
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups into the test ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for it in items:
         if it.get_closest_marker("ray") is not None:
-            it.add_marker(pytest.mark.xdist_group("clusters"))
+            it.add_marker(pytest.mark.xdist_group(cluster_group(it)))
         elif Path(str(it.path)).name in _FIXED_PORT_MODULES:
             it.add_marker(pytest.mark.xdist_group("fixed-ports"))
-    # the real-cluster tests are the long pole: they go first, so their worker starts on them at once
+    # the real-cluster tests go first, so each worker starts on its group at once
     items.sort(key=lambda it: it.get_closest_marker("ray") is None)
 
 

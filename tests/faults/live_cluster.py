@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.net import free_port
+from tests.net import AGENT_PORT, free_port
 
 SECRETS = {
     "WANDB_API_KEY": "sk-planted-wandb-7d1e0c9b5a3f4e2d8c6b",
@@ -70,7 +70,7 @@ def main() -> None:
     port = int(sys.argv[1]) if len(sys.argv) > 1 else 0
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 8, "resources": {"head": 100}, "include_dashboard": True, "dashboard_host": "127.0.0.1",
-        "dashboard_port": port or None,
+        "dashboard_port": port or None, **AGENT_PORT,
     })
     second = cluster.add_node(num_cpus=8, resources={"second": 100})
     ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)

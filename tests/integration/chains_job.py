@@ -162,8 +162,11 @@ class Host:
         self.state = Path(state_dir)
         self.state.mkdir(parents=True, exist_ok=True)
         port = _port()
+        from net import AGENT_PORT
+
         self.cluster = Cluster(initialize_head=True, head_node_args={
-            "num_cpus": 4, "include_dashboard": True, "dashboard_host": "127.0.0.1", "dashboard_port": port})
+            "num_cpus": 4, "include_dashboard": True, "dashboard_host": "127.0.0.1", "dashboard_port": port,
+            **AGENT_PORT})
         self.cluster.add_node(num_cpus=2, resources={"n1": 1})
         ray.init(address=self.cluster.address, logging_level="WARNING", log_to_driver=False)
         self.dashboard = f"http://127.0.0.1:{port}"

@@ -37,7 +37,8 @@ Contract (other test modules rely on it):
   (4 ranks, 2 per worker node, roles actor_rollout + critic) and ``B`` (4 ranks on the head, role ref).
   It is driven by a host process (never by the pytest process, which may be the demo's driver), started
   on first use (~30-60 s) and stopped right after the last test that uses it. The modules that use it run
-  before the demo's (``pytest_collection_modifyitems`` below), so the two clusters never run at once.
+  before the demo's (``pytest_collection_modifyitems`` below), so in one process the two never run at once;
+  under the README's ``-n 2`` they run on the other worker beside the demo (tests/conftest.py: the groups).
   A scenario leaves group A released (idle) when it ends; group B may be left hung or dead.
 
 Mark every test here with ``ray`` (``pytest -m "not ray"`` then deselects them). Without ray, torch or verl
@@ -410,7 +411,7 @@ STOPS_ITS_CLUSTER = {"test_cluster_stops_without_strays"}
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Modules on a cluster of their own (the scenario cluster, the doctor's...) run before the other modules
-    here (the demo's): one cluster at a time on 2 cores. Only whole modules move; the order inside a module is
+    here (the demo's): one cluster at a time per worker. Only whole modules move; the order inside a module is
     kept."""
     here = [i for i, it in enumerate(items) if Path(str(it.path)).parent == HERE]
     # modules with a cluster of their own (scenario, chains, test_pending_live's pending, the doctor's) go first

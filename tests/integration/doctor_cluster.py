@@ -64,6 +64,9 @@ def main() -> None:
     import ray
     from ray.cluster_utils import Cluster
 
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/, for net
+    from net import AGENT_PORT
+
     base = dict(os.environ)
     iface = fast_iface()
 
@@ -77,7 +80,7 @@ def main() -> None:
     env_for(iface)
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 2, "resources": {"n_head": 10}, "include_dashboard": True, "dashboard_host": "127.0.0.1",
-        "dashboard_port": None,
+        "dashboard_port": None, **AGENT_PORT,
         "_system_config": {"health_check_period_ms": 1000, "health_check_timeout_ms": 5000,
                            "health_check_failure_threshold": 5, "health_check_initial_delay_ms": 1000},
     })

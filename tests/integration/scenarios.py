@@ -248,12 +248,12 @@ class Host:
 
         self.state_dir = state_dir
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/, for net
-        from net import free_port
+        from net import AGENT_PORT, free_port
 
         port = free_port()
         self.cluster = Cluster(initialize_head=True, head_node_args={
             "num_cpus": 5, "resources": {"head": 1}, "include_dashboard": True,
-            "dashboard_host": "127.0.0.1", "dashboard_port": port,
+            "dashboard_host": "127.0.0.1", "dashboard_port": port, **AGENT_PORT,
         })
         for _ in range(nodes - 1):
             self.cluster.add_node(num_cpus=2)
