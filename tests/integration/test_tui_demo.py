@@ -4,6 +4,7 @@ stalled, `d` on the hung group opens the stack screen, which names the stuck ran
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
@@ -88,7 +89,11 @@ async def test_stall_marks_then_dump_names_the_stuck_rank(demo_with_history, hun
         assert "▶ held up by rank 2" in table.cells(key)["group"], table.cells(key)
         assert not any("▶" in table.get_row(ranks[r].actor_id)[-1] for r in (0, 1, 3))
 
-        # 5. another shell finds this dashboard without --address: the session's log names its port
-        assert session_dashboard() == hung_demo.address
+        # 5. another shell finds this dashboard without --address: the session's log names its port (the demo's
+        # own session: under -n 2 another cluster may be the latest on this machine)
+        import ray
+
+        own = Path(ray._private.worker.global_worker.node.get_session_dir_path())
+        assert session_dashboard(session=own) == hung_demo.address
         print(f"\nTUI: stalled {stalled_after:.0f} s after the hang; first rank row {screen.job.first_rank_s * 1000:.0f} ms "
               f"after `d`, dump done in {screen.job.elapsed_s * 1000:.0f} ms")

@@ -27,9 +27,10 @@ def ray_temp_dir(env: dict[str, str] | None = None) -> Path:
     return Path(env.get("RAY_TMPDIR") or tempfile.gettempdir()) / "ray"
 
 
-def session_dashboard(env: dict[str, str] | None = None) -> str | None:
-    """``http://HOST:PORT`` of the latest local session's dashboard, or None when there is none to read."""
-    logs = ray_temp_dir(env) / "session_latest" / "logs"
+def session_dashboard(env: dict[str, str] | None = None, session: Path | None = None) -> str | None:
+    """``http://HOST:PORT`` of the latest local session's dashboard (or of the ``session`` directory given),
+    or None when there is none to read."""
+    logs = (session or ray_temp_dir(env) / "session_latest") / "logs"
     try:
         names = sorted((p for p in logs.iterdir() if p.name.startswith("dashboard.log")),
                        key=lambda p: p.name != "dashboard.log")  # the live log first, then rotated ones
