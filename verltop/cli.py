@@ -100,8 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("snapshot", help="print one snapshot of the cluster")
     _shared(s)
     s.add_argument("--json", action="store_true", help="JSON (the documented contract)")
-    s.add_argument("--cpu-window", type=float, default=0.5, metavar="S",
-                   help="seconds over which local processes' CPU %% is measured (default 0.5; 0 = none)")
+    s.add_argument("--cpu-window", type=float, default=0.0, metavar="S",
+                   help="also sample local processes twice S seconds apart for their CPU %% (default 0: actors "
+                   "carry the dashboard agent's figure, their child processes none)")
     s.add_argument("--remote-processes", action="store_true",
                    help="also read the process trees of actors on other nodes, through a probe actor per node "
                    "(needs ray on this machine; without it they are null)")
