@@ -237,7 +237,12 @@ def _prefetch(args: argparse.Namespace) -> Any:
     from verltop.engine.prefetch import prefetch_dump
     from verltop.sources.config import resolve
 
-    return prefetch_dump(resolve(args.address), args.timeout, whole_job=not args.group)
+    # py-spy on this machine's actors from the start, for a whole-job dump (one worker group needs the engine)
+    early = not args.group and not args.no_local and args.via in ("auto", "local") and not (
+        args.native and args.nonblocking)
+    per_process = args.dump_timeout or (30.0 if args.native else 5.0)  # DumpOptions.per_process_timeout
+    return prefetch_dump(resolve(args.address), args.timeout, whole_job=not args.group,
+                         stacks=(args.native, args.nonblocking, per_process) if early else None)
 
 
 async def _dump(args: argparse.Namespace, prefetch: Any = None) -> int:

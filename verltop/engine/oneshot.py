@@ -24,6 +24,7 @@ from verltop.engine.dumps import DumpJob
 from verltop.engine.monitor import Intervals, Monitor
 from verltop.model import ActorRow, DumpReport, Snapshot
 from verltop.sources import dashboard as D
+from verltop.sources import headstart
 from verltop.sources.config import Endpoint
 from verltop.sources.local import has_nvidia_device
 from verltop.sources.pyspy import DumpOptions, children_by_pidfd
@@ -85,6 +86,7 @@ async def dump(mon: Monitor, scope: str | None, opts: DumpOptions, use_logs: boo
             report = await job.run() if job.targets or job.waiting_jobs else None
     finally:
         quick.close()
+        headstart.discard()  # early py-spy runs the dump did not take
         await mon.stop()
     if (job.targets or job.waiting_jobs) and report is None:
         raise OneShotError(job.problem.text if job.problem else "the dump failed")

@@ -17,17 +17,30 @@ JOBS_TIMEOUT_S = 10.0  # the drivers of a whole-job dump
 
 
 def dump_reads(timeout_s: float, whole_job: bool) -> list[reads.Read]:
-    """``dump``'s reads: actors, nodes, running tasks, node stats, the wait graph; the jobs' drivers when
-    the whole job is dumped (not one worker group)."""
+    """``dump``'s reads: actors, nodes, running tasks, node stats, the wait graph, pending work; the jobs'
+    drivers when the whole job is dumped (not one worker group)."""
     wanted = [reads.actors(timeout_s, True), reads.nodes(timeout_s), reads.running_tasks(timeout_s, True),
               reads.nodes_summary(), reads.running_tasks(WAIT_GRAPH_TIMEOUT_S, False),
-              reads.pending_refs(WAIT_GRAPH_TIMEOUT_S)]
+              reads.pending_refs(WAIT_GRAPH_TIMEOUT_S),
+              # pending work (a job whose workers cannot be placed has nothing to dump but its driver)
+              reads.unplaced_placement_groups(timeout_s), reads.pending_tasks(timeout_s)]
     if whole_job:
         wanted.append(reads.jobs(JOBS_TIMEOUT_S))
     return wanted
 
 
-def prefetch_dump(endpoint: Endpoint, timeout_s: float, whole_job: bool) -> wire.Prefetch:
-    """Send ``dump``'s reads now; pass the result to ``oneshot.monitor`` for the engine to take them."""
-    return wire.Prefetch(endpoint.address, wire.headers(endpoint.token), dump_reads(timeout_s, whole_job),
-                         timeout_s + 2)
+def prefetch_dump(endpoint: Endpoint, timeout_s: float, whole_job: bool,
+                  stacks: tuple[bool, bool, float] | None = None) -> wire.Prefetch:
+    """Send ``dump``'s reads now; pass the result to ``oneshot.monitor`` for the engine to take them.
+    ``stacks``: ``(native, nonblocking, per-process timeout)`` to start py-spy on this machine's actors as
+    soon as the actors are in (``sources.headstart``), or None to leave it all to the engine."""
+    pre = wire.Prefetch(endpoint.address, wire.headers(endpoint.token), dump_reads(timeout_s, whole_job),
+                        timeout_s + 2)
+    if stacks is not None:
+        from verltop.sources import headstart
+
+        native, nonblocking, per_process = stacks
+        headstart.start(pre.peek(*reads.actors(timeout_s, True)), pre.peek(*reads.nodes(timeout_s)),
+                        pre.peek(*reads.jobs(JOBS_TIMEOUT_S)) if whole_job else None, per_process, native,
+                        nonblocking)
+    return pre

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from verltop.model import ActorRow, ChildProc, Problem, ProcessDump
-from verltop.sources import pyspy
+from verltop.sources import headstart, pyspy
 from verltop.sources.children import MAX_PER_ACTOR, child_title, local_descendants
 from verltop.sources.dashboard import fetch_traceback
 from verltop.sources.http import DashboardClient
@@ -34,7 +34,7 @@ class Target:
 ProgressFn = Callable[[ActorRow, ProcessDump, int, int], None]
 
 # multiprocessing's helpers (one per spawning process under vLLM and SGLang): never where a job waits
-_PLUMBING = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+_PLUMBING = headstart.PLUMBING
 
 PROFILING_OFF_NOTE = "dashboard profiling is off (RAY_DASHBOARD_ENABLE_PROFILING); using a probe actor per node"
 
@@ -148,7 +148,10 @@ class StackCapture:
         local = [a for a in live if self.is_local(a)]
         out: list[ChildProc] = []
         if local:
-            found = await asyncio.to_thread(local_descendants, [a.pid for a in local if a.pid])
+            pids = [a.pid for a in local if a.pid]
+            found = headstart.descendants(pids)  # the early scan of /proc, when `dump` made one just now
+            if found is None:
+                found = await asyncio.to_thread(local_descendants, pids)
             for a in local:
                 out += [ChildProc(a.actor_id, p, pp, t) for p, pp, t in found.get(a.pid or -1, [])]
         remote = [a for a in live if a not in local]
