@@ -158,7 +158,11 @@ def main(argv: list[str] | None = None) -> int:
 
             logsetup.to_stderr()
         if cmd == "snapshot":
-            return asyncio.run(_snapshot(args))
+            from verltop.engine.prefetch import prefetch_snapshot
+            from verltop.sources.config import resolve
+
+            # the reads go out before the engine is imported (as dump's do)
+            return asyncio.run(_snapshot(args, prefetch_snapshot(resolve(args.address), args.timeout)))
         if cmd == "dump":
             return asyncio.run(_dump(args, _prefetch(args)))
         if cmd == "doctor":
@@ -209,11 +213,11 @@ def _monitor(args: argparse.Namespace, nvml: bool | None = True, prefetch: Any =
                            ras_addrs=tuple(args.ras_addr or ()), nvml=nvml, prefetch=prefetch)
 
 
-async def _snapshot(args: argparse.Namespace) -> int:
+async def _snapshot(args: argparse.Namespace, prefetch: Any = None) -> int:
     from verltop.engine import oneshot
 
     try:
-        snap = await oneshot.snapshot(_monitor(args), cpu_window_s=args.cpu_window,
+        snap = await oneshot.snapshot(_monitor(args, prefetch=prefetch), cpu_window_s=args.cpu_window,
                                       remote_processes=args.remote_processes)
     except oneshot.OneShotError as e:
         raise UserError(str(e)) from None

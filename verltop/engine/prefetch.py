@@ -14,6 +14,7 @@ from verltop.sources.config import Endpoint
 
 WAIT_GRAPH_TIMEOUT_S = 5.0  # the dump's wait-graph reads: bounded, the chains can do without them
 JOBS_TIMEOUT_S = 10.0  # the drivers of a whole-job dump
+SEED_TIMEOUT_S, SEED_LIMIT = 15.0, 2000  # the finished tasks a snapshot's stall rules start from
 
 
 def dump_reads(timeout_s: float, whole_job: bool) -> list[reads.Read]:
@@ -44,3 +45,16 @@ def prefetch_dump(endpoint: Endpoint, timeout_s: float, whole_job: bool,
                         pre.peek(*reads.jobs(JOBS_TIMEOUT_S)) if whole_job else None, per_process, native,
                         nonblocking)
     return pre
+
+
+def snapshot_reads(timeout_s: float) -> list[reads.Read]:
+    """``snapshot``'s reads (``Monitor.poll_once``): actors, running and waiting tasks, the finished ones that
+    seed the usual durations, nodes and their summary, pending work."""
+    return [reads.actors(timeout_s, True), reads.running_tasks(timeout_s, True), reads.waiting_tasks(timeout_s),
+            reads.finished_tasks(SEED_TIMEOUT_S, True, SEED_LIMIT), reads.nodes(timeout_s), reads.nodes_summary(),
+            reads.unplaced_placement_groups(timeout_s), reads.pending_tasks(timeout_s)]
+
+
+def prefetch_snapshot(endpoint: Endpoint, timeout_s: float) -> wire.Prefetch:
+    """Send ``snapshot``'s reads now, while the engine is imported; pass the result to ``oneshot.monitor``."""
+    return wire.Prefetch(endpoint.address, wire.headers(endpoint.token), snapshot_reads(timeout_s), timeout_s + 2)
