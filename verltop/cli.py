@@ -162,11 +162,11 @@ def main(argv: list[str] | None = None) -> int:
             from verltop.sources.config import resolve
 
             # the reads go out before the engine is imported (as dump's do)
-            return asyncio.run(_snapshot(args, prefetch_snapshot(resolve(args.address), args.timeout)))
+            return _leave(asyncio.run(_snapshot(args, prefetch_snapshot(resolve(args.address), args.timeout))))
         if cmd == "dump":
-            return asyncio.run(_dump(args, _prefetch(args)))
+            return _leave(asyncio.run(_dump(args, _prefetch(args))))
         if cmd == "doctor":
-            return asyncio.run(_doctor(args))
+            return _leave(asyncio.run(_doctor(args)))
         if cmd == "demo":
             return _demo(args)
         if cmd == "watch":
@@ -193,6 +193,17 @@ def main(argv: list[str] | None = None) -> int:
         # `verltop dump --json | head`: the reader left; not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+
+
+def _leave(rc: int) -> int:
+    """A command that joined the Ray cluster (its probes) ends at once: Ray's exit handler would spend most
+    of a second shutting a driver down, and the probes die with the driver anyway (none is detached)."""
+    ray = sys.modules.get("ray")
+    if ray is not None and getattr(ray, "is_initialized", lambda: False)():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
+    return rc
 
 
 def _settings(args: argparse.Namespace) -> tuple[Any, Any]:

@@ -181,6 +181,20 @@ async def fetch_nodes(client: DashboardClient, timeout_s: float = 10.0) -> Resul
                              lambda doc, now: (parse.state_nodes(doc), None))
 
 
+async def fetch_profiling_enabled(client: DashboardClient, timeout_s: float = 5.0) -> Result[bool | None]:
+    """Is the dashboard's profiling (``/worker/traceback``: py-spy run by each node's agent) on? Ray ≥ 2.56
+    answers ``GET /api/profiling_enabled``; an older one (404) has it on, always."""
+    def p(doc: Any, now: float) -> tuple[Any, str | None]:
+        data = doc.get("data") if isinstance(doc, dict) else None
+        on = data.get("profilingEnabled") if isinstance(data, dict) else None
+        return (on if isinstance(on, bool) else None), None
+
+    r = await _get_parsed(client, "/api/profiling_enabled", None, timeout_s, p)
+    if not r.ok and r.error is not None and r.error.status == 404:
+        return Result(True, None, r.taken_at, r.elapsed_s)
+    return r
+
+
 async def fetch_nodes_summary(client: DashboardClient, timeout_s: float = 10.0) -> Result[list[Node]]:
     return await _get_parsed(client, *reads.nodes_summary(), timeout_s,
                              lambda doc, now: (parse.nodes_summary(doc, now), None))
