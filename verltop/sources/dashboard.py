@@ -46,10 +46,21 @@ def _fail(reply: Reply, now: float) -> Result:
     return Result(None, reply.error, now, reply.elapsed_s, retry_after_s=reply.retry_after_s)
 
 
+DROPPED = "Ray dropped the events of"  # a whole list whose tasks' states may be stale: see ``complete``
+
+
 def _trunc_note(what: str, lr: parse.ListResult) -> str | None:
     if lr.truncated:
         return f"{what}: Ray returned {lr.total} rows but only the first {LIMIT} (its limit)"
+    if lr.dropped:
+        return (f"{DROPPED} {lr.dropped:,} tasks (its GCS keeps the last 100,000 task attempts, "
+                "RAY_task_events_max_num_task_in_gcs): a task's state may be stale or missing")
     return lr.warning
+
+
+def complete(r: Result) -> bool:
+    """Is a task list all of what Ray holds (not cut at its limit)? Dropped events leave it whole."""
+    return r.truncated is None or r.truncated.startswith(DROPPED)
 
 
 async def _get_parsed(
