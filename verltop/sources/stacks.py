@@ -180,12 +180,15 @@ class StackCapture:
                 out += [ChildProc(a.actor_id, c.pid, c.ppid, c.title) for c in known]
             elif a.node_id and (self.opts.via == "probe" or self.dashboard_profiling is False):
                 by_node.setdefault(a.node_id, []).append(a)
-        for node_id, rs in by_node.items():
-            if self.probe is None:
-                from verltop.sources.probe import ProbePool  # imports ray: only here, only when asked
+        if by_node and self.probe is None:
+            from verltop.sources.probe import ProbePool  # imports ray: only here, only when asked
 
-                self.probe = ProbePool(self.opts, self.probe_address)
-            got = await self.probe.descendants(node_id, [a.pid for a in rs if a.pid], MAX_PER_ACTOR)
+            self.probe = ProbePool(self.opts, self.probe_address)
+        probe = self.probe
+        # every node's probe at once: each one's start (a worker process there) takes about a second
+        answers = await asyncio.gather(*(probe.descendants(node_id, [a.pid for a in rs if a.pid], MAX_PER_ACTOR)
+                                         for node_id, rs in by_node.items()))
+        for (node_id, rs), got in zip(by_node.items(), answers, strict=True):
             if isinstance(got, Problem):
                 self._note(f"child processes on node {node_id[:8]} unknown: {got.message}")
                 continue
