@@ -18,10 +18,12 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from scripts.bench import PY, ROOT, child
@@ -61,11 +63,17 @@ class Fake:
             self.proc.kill()
 
 
+CPU: list[float] = []  # the CPU seconds of the last run (the command's process and its children)
+
+
 def run(cmd: list[str], timeout: float = 300, env: dict[str, str] | None = None) -> tuple[float, dict, str]:
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
                        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
     dt = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU.append(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
     doc = json.loads(p.stdout) if p.stdout.startswith("{") else {}
     if p.returncode not in (0, 1) or not doc:
         raise RuntimeError(f"{' '.join(cmd[2:8])}… exited {p.returncode}: {p.stderr[-800:]}")
@@ -91,12 +99,19 @@ def sim_dumps(sizes: list[int], rounds: int) -> list[dict]:
     out = []
     for nodes in sizes:
         with Fake(nodes, "--profiling", "--traceback-delay", str(TRACEBACK_S)) as f:
-            dash = [run(dump_cmd(f.url, "dashboard")) for _ in range(rounds)]
+            dash, dash_cpu = [], []
+            for _ in range(rounds):
+                dash.append(run(dump_cmd(f.url, "dashboard")))
+                dash_cpu.append(CPU[-1])
         with Fake(nodes, "--profiling") as f:  # answers the simulated probes' py-spy at once
-            probe = [run(probe_cmd(f.url, 0)) for _ in range(rounds)]
+            probe, probe_cpu = [], []
+            for _ in range(rounds):
+                probe.append(run(probe_cmd(f.url, 0)))
+                probe_cpu.append(CPU[-1])
         ok, bad = ranks_of(dash[0][1])
         out.append({"nodes": nodes, "ranks": ok + bad, "stacks": ok, "dashboard_s": statistics.median(d[0] for d in dash),
-                    "probe_s": statistics.median(d[0] for d in probe), "probe_stacks": ranks_of(probe[0][1])[0]})
+                    "probe_s": statistics.median(d[0] for d in probe), "probe_stacks": ranks_of(probe[0][1])[0],
+                    "dashboard_cpu": statistics.median(dash_cpu), "probe_cpu": statistics.median(probe_cpu)})
         print(f"  {nodes} nodes: {out[-1]}", file=sys.stderr, flush=True)
     return out
 
@@ -157,6 +172,7 @@ def child_probe(url: str, dead: int, argv: list[str]) -> int:
 
     dead_ids = set(asyncio.run(node_ids())[-dead:]) if dead else set()
     client = DashboardClient(resolve(url), max_inflight=64, transport="stdlib")
+    canned: list[Any] = []
     stack = (ThreadStack(1, "MainThread", False, False, (Frame("wait", "threading.py", 320),)),)
 
     class SimPool:
@@ -186,10 +202,10 @@ def child_probe(url: str, dead: int, argv: list[str]) -> int:
                 return ProcessDump(pid, error=Problem("probe", "probe actor could not be scheduled on that node "
                                                       "(no answer)"))
             await asyncio.sleep(PROBE_CALL_S)
-            # the stack the synthetic cluster holds for that process (its dashboard answers at once)
-            r = await D.fetch_traceback(client, pid, node_id)
-            threads = parse_text(r.value or "")[0] if r.ok else stack
-            return ProcessDump(pid, threads=threads, taken_at=time.time())
+            if not canned:  # a stack the synthetic cluster holds (one for all: the fake server's CPU is not ours)
+                r = await D.fetch_traceback(client, pid, node_id)
+                canned.append(parse_text(r.value or "")[0] if r.ok else stack)
+            return ProcessDump(pid, threads=canned[0], taken_at=time.time())
 
         async def call(self, node_id: str, timeout_s: float, fn: Any, *args: Any) -> tuple[Any, Problem | None]:
             return None, Problem("probe", "no NCCL RAS in the simulation")
@@ -331,11 +347,11 @@ def report(dumps: list[dict], dead: dict, tui: list[dict], caps: list[str], real
              f"in {PROBE_CALL_S * 1000:.0f} ms — what the real raylets below cost. Every command is the real "
              "`verltop` in a fresh process (wall time; the simulated latencies are waits, not CPU).", "",
              "![dump time and refresh CPU against nodes](scale.svg)", "",
-             "| nodes | ranks (with a stack) | `dump --samples 1` through the dashboard | through probes | target |",
-             "| --- | --- | --- | --- | --- |"]
+             "| nodes | ranks (with a stack) | `dump --samples 1` through the dashboard: wall (CPU) | through probes "
+             "| target |", "| --- | --- | --- | --- | --- |"]
     for d in dumps:
-        lines.append(f"| {d['nodes']} | {d['ranks']:,} ({d['stacks']:,}) | {d['dashboard_s']:.2f} s | "
-                     f"{d['probe_s']:.2f} s | ≤ 2 s at 128 nodes |")
+        lines.append(f"| {d['nodes']} | {d['ranks']:,} ({d['stacks']:,}) | {d['dashboard_s']:.2f} s "
+                     f"({d['dashboard_cpu']:.2f} s) | {d['probe_s']:.2f} s ({d['probe_cpu']:.2f} s) | ≤ 2 s at 128 nodes |")
     lines += ["", "Two dead nodes of 128 (their agents or probes never answer), `--dump-timeout "
               f"{DUMP_TIMEOUT:g}` (a relayed request gives up after it + 5 s; a probe after it + 15 s to be scheduled):", ""]
     for via, (dt, (ok, bad), notes) in dead.items():
@@ -370,9 +386,16 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--sizes", default="16,32,64,128")
     ap.add_argument("--seconds", type=float, default=12.0, help="refresh measured over this long per size")
+    ap.add_argument("--real-json", metavar="FILE", help="write the real clusters' figures there and stop (run it "
+                    "alone, under the machine's Ray lock); or, without --real, read them from there for the report")
     a = ap.parse_args()
     sizes = [int(x) for x in a.sizes.split(",")]
     reals = [real(n, a.rounds) for n in a.real]
+    if a.real_json and reals:
+        Path(a.real_json).write_text(json.dumps(reals))
+        return 0
+    if a.real_json:
+        reals = json.loads(Path(a.real_json).read_text())
     dumps = sim_dumps(sizes, a.rounds)
     dead = sim_dead(max(sizes), 2)
     tui = sim_tui(sizes, a.seconds)
