@@ -35,7 +35,8 @@ TRACEBACK_S = 0.08  # the dashboard's relay to a node's agent and its py-spy run
 PROBE_INIT_S = 0.6  # ray.init from verltop's process
 PROBE_START_S = 1.0  # a probe actor's worker process starting on its node (all nodes at once)
 PROBE_CALL_S = 0.03  # one py-spy run through a started probe
-DUMP_TIMEOUT = 2.0  # --dump-timeout in the dead-node runs: a relayed request gives up after it + 5 s
+DUMP_TIMEOUT = 2.0
+HUNG = ("--hang-at", "0")  # a job is dumped when it hangs: every rank in the collective but the straggler  # --dump-timeout in the dead-node runs: a relayed request gives up after it + 5 s
 
 
 class Fake:
@@ -98,12 +99,12 @@ def ranks_of(doc: dict) -> tuple[int, int]:
 def sim_dumps(sizes: list[int], rounds: int) -> list[dict]:
     out = []
     for nodes in sizes:
-        with Fake(nodes, "--profiling", "--traceback-delay", str(TRACEBACK_S)) as f:
+        with Fake(nodes, *HUNG, "--profiling", "--traceback-delay", str(TRACEBACK_S)) as f:
             dash, dash_cpu = [], []
             for _ in range(rounds):
                 dash.append(run(dump_cmd(f.url, "dashboard")))
                 dash_cpu.append(CPU[-1])
-        with Fake(nodes, "--profiling") as f:  # answers the simulated probes' py-spy at once
+        with Fake(nodes, *HUNG, "--profiling") as f:  # answers the simulated probes' py-spy at once
             probe, probe_cpu = [], []
             for _ in range(rounds):
                 probe.append(run(probe_cmd(f.url, 0)))
@@ -119,10 +120,10 @@ def sim_dumps(sizes: list[int], rounds: int) -> list[dict]:
 def sim_dead(nodes: int, dead: int) -> dict:
     """Two nodes that never answer: what it costs, and whether the report names them."""
     res = {}
-    with Fake(nodes, "--profiling", "--traceback-delay", str(TRACEBACK_S), "--dead-nodes", str(dead)) as f:
+    with Fake(nodes, *HUNG, "--profiling", "--traceback-delay", str(TRACEBACK_S), "--dead-nodes", str(dead)) as f:
         dt, doc, _ = run(dump_cmd(f.url, "dashboard", "--dump-timeout", str(DUMP_TIMEOUT)))
         res["dashboard"] = (dt, ranks_of(doc), [n for n in doc.get("notes", []) if n.startswith("node ")])
-    with Fake(nodes, "--profiling") as f:
+    with Fake(nodes, *HUNG, "--profiling") as f:
         dt, doc, _ = run(probe_cmd(f.url, dead, "--dump-timeout", str(DUMP_TIMEOUT)))
         res["probe"] = (dt, ranks_of(doc), [n for n in doc.get("notes", []) if n.startswith("node ")])
     print(f"  dead nodes: {res}", file=sys.stderr, flush=True)

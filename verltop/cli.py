@@ -195,6 +195,22 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+def _print_json(doc: Any, large: bool) -> None:
+    """JSON to stdout; a large one (a dump of a thousand ranks is megabytes) through orjson, in C."""
+    if large:
+        try:
+            import orjson
+
+            sys.stdout.flush()
+            sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE))
+            sys.stdout.buffer.flush()
+            return
+        except ImportError:
+            pass
+    json.dump(doc, sys.stdout, indent=1)
+    sys.stdout.write("\n")
+
+
 def _leave(rc: int) -> int:
     """A command that joined the Ray cluster (its probes) ends at once: Ray's exit handler would spend most
     of a second shutting a driver down, and the probes die with the driver anyway (none is detached)."""
@@ -286,8 +302,7 @@ async def _dump(args: argparse.Namespace, prefetch: Any = None) -> int:
     if args.json:
         from verltop.text.contract import dump_json
 
-        json.dump(dump_json(report), sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        _print_json(dump_json(report), large=len(report.ranks) > 256)
     else:
         from verltop.text.dump import dump_text
 
