@@ -67,8 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     cluster = FakeCluster(cfg)
     fd = FakeDashboard(cluster, host=a.host, port=a.port, prewarm=True)
     fd.faults.delay_s = a.delay
-    fd.traceback_delay_s = a.traceback_delay
-    fd.dead_nodes = {n.node_id for n in cluster.nodes[len(cluster.nodes) - a.dead_nodes:]} if a.dead_nodes else set()
+    fd.app_state.traceback_delay_s = a.traceback_delay
+    if a.dead_nodes:  # worker nodes (the head keeps the controller)
+        fd.app_state.dead_nodes = {n.node_id for n in [n for n in cluster.nodes if not n.is_head][-a.dead_nodes:]}
     # Ctrl-C and SIGTERM stop it, even when started in the background by a shell (which ignores SIGINT
     # for background jobs, and the child inherits that)
     signal.signal(signal.SIGINT, signal.default_int_handler)
