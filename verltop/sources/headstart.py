@@ -142,11 +142,15 @@ def _dump_all(pyspy: str, actors: Future | None, nodes: Future | None, jobs: Fut
              n.get("state") == "ALIVE"}
     if not local:
         return
+    rows = _rows(actors, timeout_s)
+    # another user's job on the cluster is left alone: with verl's worker groups in sight, only their jobs
+    verl_jobs = {a.get("job_id") for a in rows if "WorkerDict" in str(a.get("class_name", ""))}
     pids = []
-    for a in _rows(actors, timeout_s):
+    for a in rows:
         pid = a.get("pid")
         if a.get("state") == "ALIVE" and a.get("node_id") in local and isinstance(pid, int) and pid > 0 and \
-                _title(pid).startswith("ray::") and not str(a.get("class_name", "")).endswith("VerltopProbe"):
+                (not verl_jobs or a.get("job_id") in verl_jobs) and \
+                not str(a.get("class_name", "")).endswith("VerltopProbe") and _title(pid).startswith("ray::"):
             pids.append(pid)
     procs: list[tuple[Future, subprocess.Popen, float, float]] = []
 
