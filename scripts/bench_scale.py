@@ -347,7 +347,7 @@ def report(dumps: list[dict], dead: dict, tui: list[dict], caps: list[str], real
              f"ms; probes that start in {PROBE_START_S:g} s (after {PROBE_INIT_S:g} s of `ray.init`) and answer "
              f"in {PROBE_CALL_S * 1000:.0f} ms — what the real raylets below cost. Every command is the real "
              "`verltop` in a fresh process (wall time; the simulated latencies are waits, not CPU).", "",
-             "![dump time and refresh CPU against nodes](scale.svg)", "",
+             "The plot: [scale.svg](scale.svg) (dump time and refresh CPU against nodes).", "",
              "| nodes | ranks (with a stack) | `dump --samples 1` through the dashboard: wall (CPU) | through probes "
              "| target |", "| --- | --- | --- | --- | --- |"]
     for d in dumps:
