@@ -204,9 +204,9 @@ def child_probe(url: str, dead: int, argv: list[str]) -> int:
                                                       "(no answer)"))
             await asyncio.sleep(PROBE_CALL_S)
             if not canned:  # a stack the synthetic cluster holds (one for all: the fake server's CPU is not ours)
-                r = await D.fetch_traceback(client, pid, node_id)
-                canned.append(parse_text(r.value or "")[0] if r.ok else stack)
-            return ProcessDump(pid, threads=canned[0], taken_at=time.time())
+                canned.append(asyncio.ensure_future(D.fetch_traceback(client, pid, node_id)))
+            r = await canned[0]
+            return ProcessDump(pid, threads=parse_text(r.value or "")[0] if r.ok else stack, taken_at=time.time())
 
         async def call(self, node_id: str, timeout_s: float, fn: Any, *args: Any) -> tuple[Any, Problem | None]:
             return None, Problem("probe", "no NCCL RAS in the simulation")
@@ -240,14 +240,16 @@ for i in range(1, n):
 c.wait_for_nodes()
 ray.init(address=c.address, logging_level="ERROR", log_to_driver=False)
 
-@ray.remote(num_cpus=0)
-class Rank:
+class WorkerDict:  # named as verl's colocated workers, with its rank env: a verl worker group to verltop
     def pid(self):
         return os.getpid()
     def hang(self):
         time.sleep(3600)
 
-ranks = [Rank.options(resources={f"n{i % n}": 1}, name=f"rank{i}").remote() for i in range(2 * n)]
+W = ray.remote(num_cpus=0)(WorkerDict)
+env = lambda i: {"env_vars": {"WG_PREFIX": "bench", "RANK": str(i), "WORLD_SIZE": str(2 * n)}}
+ranks = [W.options(resources={f"n{i % n}": 1}, name=f"benchWorkerDict_0:{i}", runtime_env=env(i)).remote()
+         for i in range(2 * n)]
 ray.get([r.pid.remote() for r in ranks])
 for r in ranks:
     r.hang.remote()

@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _print_json(doc: Any, large: bool) -> None:
     """JSON to stdout; a large one (a dump of a thousand ranks is megabytes) through orjson, in C."""
-    if large:
+    if large and hasattr(sys.stdout, "buffer"):
         try:
             import orjson
 
