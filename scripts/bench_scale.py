@@ -217,6 +217,9 @@ def child_probe(url: str, dead: int, argv: list[str]) -> int:
             await asyncio.sleep(PROBE_CALL_S)
             return {}
 
+        def warm(self, node_ids: list[str]) -> None:
+            self.warming = [asyncio.ensure_future(self._ready(n)) for n in node_ids]
+
         async def close(self) -> None:
             pass
 

@@ -24,7 +24,8 @@ def dump_reads(timeout_s: float, whole_job: bool) -> list[reads.Read]:
               reads.nodes_summary(), reads.running_tasks(WAIT_GRAPH_TIMEOUT_S, False),
               reads.pending_refs(WAIT_GRAPH_TIMEOUT_S),
               # pending work (a job whose workers cannot be placed has nothing to dump but its driver)
-              reads.unplaced_placement_groups(timeout_s), reads.pending_tasks(timeout_s)]
+              reads.unplaced_placement_groups(timeout_s), reads.pending_tasks(timeout_s),
+              reads.profiling_enabled()]  # other nodes' stacks: through the dashboard, or the probes
     if whole_job:
         wanted.append(reads.jobs(JOBS_TIMEOUT_S))
     return wanted

@@ -200,7 +200,7 @@ async def fetch_profiling_enabled(client: DashboardClient, timeout_s: float = 5.
         on = data.get("profilingEnabled") if isinstance(data, dict) else None
         return (on if isinstance(on, bool) else None), None
 
-    r = await _get_parsed(client, "/api/profiling_enabled", None, timeout_s, p)
+    r = await _get_parsed(client, *reads.profiling_enabled(), timeout_s, p)
     if not r.ok and r.error is not None and r.error.status == 404:
         return Result(True, None, r.taken_at, r.elapsed_s)
     return r

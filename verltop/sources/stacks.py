@@ -148,6 +148,8 @@ class StackCapture:
             return ProcessDump(a.pid, error=Problem("profiling_off", "dashboard profiling is off on this cluster (403)",
                                                     "start Ray with RAY_DASHBOARD_ENABLE_PROFILING=1, or use --via probe"),
                                taken_at=time.time())
+        elif self.opts.via == "auto" and self.dashboard_profiling is False:  # known before the first call
+            self._note(PROFILING_OFF_NOTE)
         return await self._probe_dump(a)
 
     async def _probe_dump(self, a: ActorRow) -> ProcessDump:
