@@ -236,9 +236,12 @@ class Monitor(ActorPolls, TaskPolls, HistoryPolls, NodePolls, LocalPolls, Snapsh
             jobs.append(self._seed_history())
         await asyncio.gather(*jobs)
         t0 = time.monotonic()
-        await self._poll_local()
-        if node_details:
-            await self._poll_node_details(all_nodes=True)
+        if node_details and cpu_window_s <= 0:  # this machine's actors take the agent's CPU % too: read at once
+            await asyncio.gather(self._poll_local(), self._poll_node_details(all_nodes=True, with_local=True))
+        else:
+            await self._poll_local()
+            if node_details:
+                await self._poll_node_details(all_nodes=True)
         if ras and self.use_local:
             addrs = self.ras_addresses(self.snapshot().actors)
             if addrs:
