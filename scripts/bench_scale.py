@@ -394,6 +394,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=12.0, help="refresh measured over this long per size")
     ap.add_argument("--real-json", metavar="FILE", help="write the real clusters' figures there and stop (run it "
                     "alone, under the machine's Ray lock); or, without --real, read them from there for the report")
+    ap.add_argument("--save", metavar="FILE", help="also keep the simulation's figures there")
+    ap.add_argument("--load", metavar="FILE", help="make the report from figures saved by --save")
     a = ap.parse_args()
     sizes = [int(x) for x in a.sizes.split(",")]
     reals = [real(n, a.rounds) for n in a.real]
@@ -401,10 +403,15 @@ def main() -> int:
         Path(a.real_json).write_text(json.dumps(reals))
         return 0
 
-    dumps = sim_dumps(sizes, a.rounds)
-    dead = sim_dead(max(sizes), 2)
-    tui = sim_tui(sizes, a.seconds)
-    caps = sim_caps()
+    if a.load:  # the simulation's figures as an earlier run saved them: only the report is made again
+        dumps, dead, tui, caps = json.loads(Path(a.load).read_text())
+    else:
+        dumps = sim_dumps(sizes, a.rounds)
+        dead = sim_dead(max(sizes), 2)
+        tui = sim_tui(sizes, a.seconds)
+        caps = sim_caps()
+    if a.save:
+        Path(a.save).write_text(json.dumps([dumps, dead, tui, caps]))
     if a.real_json and not reals and Path(a.real_json).exists():  # measured apart, under the Ray lock
         reals = json.loads(Path(a.real_json).read_text())
     (DOCS / "scale.svg").write_text(svg(dumps, tui))
