@@ -39,6 +39,7 @@ _claimed: set[tuple[str, ...]] = set()  # asked for before an early run started:
 _lock = threading.Lock()  # two py-spy on one pid at once: the second may not attach (ptrace)
 _running: list[subprocess.Popen] = []
 _closed = [False]
+_active = [False]  # start() was called in this process
 _scan: list[Any] = [None]  # (when, pids scanned, what local_descendants found)
 
 
@@ -62,6 +63,8 @@ def find_pyspy() -> str | None:
 
 def take(argv: list[str]) -> Future | None:
     """The early run of exactly ``argv``, if one was started (each is handed out once); else none will be."""
+    if not _active[0]:  # no head start in this process (the TUI, watch): nothing to claim or take
+        return None
     key = tuple(argv)
     with _lock:
         _claimed.add(key)
@@ -124,6 +127,7 @@ def start(actors: Future | None, nodes: Future | None, jobs: Future | None, time
     pyspy = find_pyspy()
     if pyspy is None:
         return
+    _active[0] = True
     _thread.start_new_thread(_run, (pyspy, actors, nodes, jobs, timeout_s, native, nonblocking))
 
 
