@@ -356,8 +356,10 @@ def report(dumps: list[dict], dead: dict, tui: list[dict], caps: list[str], real
              f"in {PROBE_CALL_S * 1000:.0f} ms — what the real raylets below cost. Every command is the real "
              "`verltop` in a fresh process (wall time; the simulated latencies are waits, not CPU).", "",
              "The plot: [scale.svg](scale.svg) (dump time and refresh CPU against nodes).", "",
-             "| nodes | ranks (with a stack) | `dump --samples 1` through the dashboard: wall (CPU) | through probes "
-             "| target |", "| --- | --- | --- | --- | --- |"]
+             "On a loaded machine (other work on its 2 cores) the wall times and the TUI's CPU per cycle measure "
+             "that work too; the CPU columns of the dumps are the command's own.", "",
+             "| nodes | ranks (with a stack) | `dump --samples 1` through the dashboard: wall (CPU) | through probes: "
+             "wall (CPU) | target |", "| --- | --- | --- | --- | --- |"]
     for d in dumps:
         lines.append(f"| {d['nodes']} | {d['ranks']:,} ({d['stacks']:,}) | {d['dashboard_s']:.2f} s "
                      f"({d['dashboard_cpu']:.2f} s) | {d['probe_s']:.2f} s ({d['probe_cpu']:.2f} s) | ≤ 2 s at 128 nodes |")
