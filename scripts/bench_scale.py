@@ -266,14 +266,17 @@ c.shutdown()
 def real(nodes: int, rounds: int) -> dict:
     """A real cluster of ``nodes`` raylets on this machine, 2 idle ranks each: `verltop dump` through the
     dashboard and through the probes, and `verltop doctor` (all processes share this machine's cores)."""
+    # token auth on, as Ray 2.60 starts it by default, with a token of its own that verltop is given
+    token = f"bench-scale-{os.getpid()}-{time.time_ns()}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
     p = subprocess.Popen([PY, "-c", REAL_JOB, str(nodes)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          stderr=subprocess.DEVNULL, text=True, env=env, start_new_session=True)
     try:
         assert p.stdout is not None
         info = json.loads(p.stdout.readline())
         url = info["address"]
-        renv = {"RAY_ADDRESS": info["gcs"]}
+        renv = {"RAY_ADDRESS": info["gcs"], "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token}
         res: dict[str, Any] = {"nodes": nodes}
         for via in ("dashboard", "probe"):
             times = []
