@@ -42,6 +42,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--kill-rank-at", type=float, default=None, metavar="S",
                    help="kill --hang-rank's WorkerDict S seconds after start (its peers hang)")
     p.add_argument("--delay", type=float, default=0.0, help="add this latency to every request")
+    p.add_argument("--traceback-delay", type=float, default=0.0, metavar="S",
+                   help="each /worker/traceback answers after S (a node agent's round trip and py-spy run)")
+    p.add_argument("--dead-nodes", type=int, default=0, metavar="N",
+                   help="the last N nodes' agents never answer /worker/traceback (a node down or hung)")
     p.add_argument("--max-finished", type=int, default=2000, metavar="N",
                    help="FINISHED task attempts kept (Ray's GCS keeps 100000: task_events_max_num_task_in_gcs)")
     return p.parse_args(argv)
@@ -63,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     cluster = FakeCluster(cfg)
     fd = FakeDashboard(cluster, host=a.host, port=a.port, prewarm=True)
     fd.faults.delay_s = a.delay
+    fd.app_state.traceback_delay_s = a.traceback_delay
+    if a.dead_nodes:  # worker nodes (the head keeps the controller)
+        fd.app_state.dead_nodes = {n.node_id for n in [n for n in cluster.nodes if not n.is_head][-a.dead_nodes:]}
     # Ctrl-C and SIGTERM stop it, even when started in the background by a shell (which ignores SIGINT
     # for background jobs, and the child inherits that)
     signal.signal(signal.SIGINT, signal.default_int_handler)

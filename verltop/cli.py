@@ -100,8 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("snapshot", help="print one snapshot of the cluster")
     _shared(s)
     s.add_argument("--json", action="store_true", help="JSON (the documented contract)")
-    s.add_argument("--cpu-window", type=float, default=0.5, metavar="S",
-                   help="seconds over which local processes' CPU %% is measured (default 0.5; 0 = none)")
+    s.add_argument("--cpu-window", type=float, default=0.0, metavar="S",
+                   help="also sample local processes twice S seconds apart for their CPU %% (default 0: actors "
+                   "carry the dashboard agent's figure, their child processes none)")
     s.add_argument("--remote-processes", action="store_true",
                    help="also read the process trees of actors on other nodes, through a probe actor per node "
                    "(needs ray on this machine; without it they are null)")
@@ -157,11 +158,15 @@ def main(argv: list[str] | None = None) -> int:
 
             logsetup.to_stderr()
         if cmd == "snapshot":
-            return asyncio.run(_snapshot(args))
+            from verltop.engine.prefetch import prefetch_snapshot
+            from verltop.sources.config import resolve
+
+            # the reads go out before the engine is imported (as dump's do)
+            return _leave(asyncio.run(_snapshot(args, prefetch_snapshot(resolve(args.address), args.timeout))))
         if cmd == "dump":
-            return asyncio.run(_dump(args, _prefetch(args)))
+            return _leave(asyncio.run(_dump(args, _prefetch(args))))
         if cmd == "doctor":
-            return asyncio.run(_doctor(args))
+            return _leave(asyncio.run(_doctor(args)))
         if cmd == "demo":
             return _demo(args)
         if cmd == "watch":
@@ -190,6 +195,33 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+def _print_json(doc: Any, large: bool) -> None:
+    """JSON to stdout; a large one (a dump of a thousand ranks is megabytes) through orjson, in C."""
+    if large and hasattr(sys.stdout, "buffer"):
+        try:
+            import orjson
+
+            sys.stdout.flush()
+            sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE))
+            sys.stdout.buffer.flush()
+            return
+        except ImportError:
+            pass
+    json.dump(doc, sys.stdout, indent=1)
+    sys.stdout.write("\n")
+
+
+def _leave(rc: int) -> int:
+    """A command that joined the Ray cluster (its probes) ends at once: Ray's exit handler would spend most
+    of a second shutting a driver down, and the probes die with the driver anyway (none is detached)."""
+    ray = sys.modules.get("ray")
+    if ray is not None and getattr(ray, "is_initialized", lambda: False)():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
+    return rc
+
+
 def _settings(args: argparse.Namespace) -> tuple[Any, Any]:
     from verltop.analysis.stalls import StallSettings
     from verltop.engine.monitor import Intervals
@@ -208,11 +240,11 @@ def _monitor(args: argparse.Namespace, nvml: bool | None = True, prefetch: Any =
                            ras_addrs=tuple(args.ras_addr or ()), nvml=nvml, prefetch=prefetch)
 
 
-async def _snapshot(args: argparse.Namespace) -> int:
+async def _snapshot(args: argparse.Namespace, prefetch: Any = None) -> int:
     from verltop.engine import oneshot
 
     try:
-        snap = await oneshot.snapshot(_monitor(args), cpu_window_s=args.cpu_window,
+        snap = await oneshot.snapshot(_monitor(args, prefetch=prefetch), cpu_window_s=args.cpu_window,
                                       remote_processes=args.remote_processes)
     except oneshot.OneShotError as e:
         raise UserError(str(e)) from None
@@ -236,7 +268,12 @@ def _prefetch(args: argparse.Namespace) -> Any:
     from verltop.engine.prefetch import prefetch_dump
     from verltop.sources.config import resolve
 
-    return prefetch_dump(resolve(args.address), args.timeout, whole_job=not args.group)
+    # py-spy on this machine's actors from the start, for a whole-job dump (one worker group needs the engine)
+    early = not args.group and not args.no_local and args.via in ("auto", "local") and not (
+        args.native and args.nonblocking)
+    per_process = args.dump_timeout or (30.0 if args.native else 5.0)  # DumpOptions.per_process_timeout
+    return prefetch_dump(resolve(args.address), args.timeout, whole_job=not args.group,
+                         stacks=(args.native, args.nonblocking, per_process) if early else None)
 
 
 async def _dump(args: argparse.Namespace, prefetch: Any = None) -> int:
@@ -265,8 +302,7 @@ async def _dump(args: argparse.Namespace, prefetch: Any = None) -> int:
     if args.json:
         from verltop.text.contract import dump_json
 
-        json.dump(dump_json(report), sys.stdout, indent=1)
-        sys.stdout.write("\n")
+        _print_json(dump_json(report), large=len(report.ranks) > 256)
     else:
         from verltop.text.dump import dump_text
 

@@ -342,6 +342,7 @@ class DashboardApp:
         self.stats = stats or RequestStats()
         self.max_state_inflight = max_state_inflight
         self.traceback_delay_s = 0.0
+        self.dead_nodes: set[str] = set()  # node ids whose agent never answers a traceback (a node down)
         self.native_traceback_delay_s = 0.0
         self._state_inflight = 0
         self._cache: dict[tuple, tuple[Any, _Cached]] = {}
@@ -698,6 +699,8 @@ class DashboardApp:
             return web.Response(status=400, text="pid must be an integer")
         native = q.get("native", "0").lower() in ("1", "true")
         delay = self.native_traceback_delay_s if native else self.traceback_delay_s
+        if node.node_id in self.dead_nodes:
+            delay = 3600.0
         if delay:
             await asyncio.sleep(delay)
         ok, text = c.traceback(node, node.by_pid.get(pid), pid, native)

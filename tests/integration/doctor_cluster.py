@@ -8,6 +8,8 @@
 - ``odd``: its raylet (so every worker it starts) has ``NCCL_SOCKET_IFNAME=lo``, and a directory on its
   ``PYTHONPATH`` holding nothing but a fake ``transformers`` distribution (``ODD_TRANSFORMERS``), so its workers
   read a different transformers version than the others.
+- ``odd`` also answers doctor's ptrace check as a Kubernetes pod without ``SYS_PTRACE`` would
+  (``PTRACE_DENIED_ENV``, honoured by ``node_check`` for tests only: root on one machine cannot be refused).
 - every raylet's environment carries planted secrets (``SECRETS``), and so does the runtime env of one job
   actor per node (with ``NCCL_DEBUG=WARN``, the same everywhere), as a user's ``runtime_env`` would.
 - fast GCS health checks, so a node that dies is declared dead within seconds.
@@ -33,6 +35,7 @@ SECRETS = {
 TOKEN = "planted-doctor-auth-token-8c7b6a5d4e3f2a1b"
 ODD_TRANSFORMERS = "4.0.0"
 JOB_NCCL = {"NCCL_DEBUG": "WARN"}
+PTRACE_DENIED_ENV = "VERLTOP_TEST_PTRACE_DENIED"  # verltop.sources.node_check.TEST_DENY_ENV
 
 
 class Job:
@@ -85,6 +88,7 @@ def main() -> None:
                            "health_check_failure_threshold": 5, "health_check_initial_delay_ms": 1000},
     })
     env_for("lo", str(fake_dist(state / "odd-site", "transformers", ODD_TRANSFORMERS)))
+    os.environ[PTRACE_DENIED_ENV] = "1"  # answers as a pod without SYS_PTRACE (none can be made here for real)
     odd = cluster.add_node(num_cpus=2, resources={"n_odd": 10})
     env_for(iface)
     third = cluster.add_node(num_cpus=2, resources={"n_third": 10})

@@ -23,6 +23,8 @@ from doctor_cluster import JOB_NCCL, ODD_TRANSFORMERS, SECRETS, TOKEN
 
 from tests.jsonlines import read_json_line
 from tests.wait import wait_until
+from verltop.analysis.doctor_problems import PTRACE_FIXES
+from verltop.text.doctor import profiling_note
 
 pytestmark = pytest.mark.ray
 
@@ -110,6 +112,12 @@ def columns(c: DoctorCluster, report: dict[str, Any]) -> dict[str, dict[str, Any
     return {role: by_id[nid] for role, nid in c.nodes.items()}
 
 
+def ptrace_problem(label: str) -> str:
+    """The problem of the node where py-spy may not attach, with its fix (as a KubeRay pod without SYS_PTRACE)."""
+    return (f"{label}: py-spy may not read the Ray workers' stacks there (Permission denied (os error 13)): dumps "
+            f"of its ranks fail; {PTRACE_FIXES['no_cap']}")
+
+
 def real_transformers() -> str:
     from importlib.metadata import version
 
@@ -126,7 +134,8 @@ def test_json_names_exactly_the_planted_mismatches(doctor_cluster):
     TIMES["its own elapsed_s"] = r["elapsed_s"]
     col = columns(c, r)
     odd, head, third = col["odd"]["label"], col["head"]["label"], col["third"]["label"]
-    assert r["problems"] == []
+    assert r["problems"] == [ptrace_problem(odd)]
+    assert r["notes"] == [profiling_note(False)]  # Ray 2.60 without RAY_DASHBOARD_ENABLE_PROFILING
     assert [m["check"] for m in r["mismatches"]] == ["transformers", "env.NCCL_SOCKET_IFNAME"]
     tf, nccl = r["mismatches"]
     assert tf["values"] == {head: real_transformers(), third: real_transformers(), odd: ODD_TRANSFORMERS}
@@ -145,6 +154,12 @@ def test_json_names_exactly_the_planted_mismatches(doctor_cluster):
         assert abs(ch["clock.offset_s"]) < 0.5  # one machine, one clock
         assert ch["nvidia.driver"] == "no NVML" or ch["gpu.count"] > 0
         assert not any(k.startswith("env.") and k[4:] in SECRETS for k in ch)
+        # py-spy beside the workers' Python; on the odd node refused, as in a pod without SYS_PTRACE
+        if role == "odd":
+            assert ch["pyspy"] == "cannot attach (no CAP_SYS_PTRACE, ptrace_scope 1)", ch
+            assert ch["ptrace"] == "no CAP_SYS_PTRACE, ptrace_scope 1"
+        else:  # root on this machine: a real `py-spy dump --nonblocking` of one of the job's workers there
+            assert ch["pyspy"] == "ok" and ch["ptrace"].startswith("CAP_SYS_PTRACE"), ch
     # one probe per node, in its own namespace, not detached, and removed when the check ended
     probes = wait_until(lambda: (p := [a for a in c.dashboard.rows("actors", detail="true")
                                        if a["class_name"].endswith("VerltopProbe")]) and all(a["state"] == "DEAD" for a in p)
@@ -162,12 +177,14 @@ def test_text_marks_the_odd_column_and_says_how_to_fix_it(doctor_cluster):
     clean(p.stdout + p.stderr, "doctor")
     out = p.stdout
     lines = out.splitlines()
-    assert "2 mismatches, 0 problems" in lines[0]
+    assert "2 mismatches, 1 problem" in lines[0]
     marked = [ln for ln in lines if " *" in ln and not ln.startswith("*")]
     assert len(marked) == 2, marked
     assert marked[0].startswith("transformers") and f"{ODD_TRANSFORMERS} *" in marked[0]
     assert marked[1].startswith("env.NCCL_SOCKET_IFNAME") and "lo *" in marked[1]
-    assert "MISMATCHES (2)" in out and "PROBLEMS" not in out
+    assert "MISMATCHES (2)" in out and "PROBLEMS (1)" in out
+    assert "py-spy may not read the Ray workers' stacks there (Permission denied (os error 13))" in out
+    assert "securityContext.capabilities.add" in out and "kubectl debug" in out
     assert f"transformers differs: {real_transformers()} on 2 node(s), but {ODD_TRANSFORMERS} on" in out
     assert f"fix: install transformers=={real_transformers()} on every node" in out
     assert f"env.NCCL_SOCKET_IFNAME differs: {c.info['iface']} on 2 node(s), but lo on" in out
@@ -182,14 +199,15 @@ def test_shared_directory(doctor_cluster, tmp_path):
     p, wall = c.doctor("--json", "--path", str(shared))
     TIMES["doctor --path"] = wall
     r = json.loads(p.stdout)
-    assert r["problems"] == [] and r["path"] == str(shared)
+    assert r["problems"] == [ptrace_problem(columns(c, r)["odd"]["label"])] and r["path"] == str(shared)
     for n in r["nodes"]:
         assert n["checks"]["path.write"] == "ok" and n["checks"]["path.read_back"] == "ok (2 other nodes)"
     assert list(shared.iterdir()) == []  # every node removed its file
     p, _ = c.doctor("--json", "--path", str(tmp_path / "missing"))
     r = json.loads(p.stdout)
-    assert r["problems"] == ["every node: cannot write to the shared directory: does not exist; create it, mount the "
-                             "shared file system there, and give the Ray user write access"]
+    assert sorted(r["problems"]) == sorted([ptrace_problem(columns(c, r)["odd"]["label"]),
+                                            "every node: cannot write to the shared directory: does not exist; create it, mount the "
+                                            "shared file system there, and give the Ray user write access"])
     assert [m["check"] for m in r["mismatches"]] == ["transformers", "env.NCCL_SOCKET_IFNAME"]
 
 
@@ -251,8 +269,10 @@ def test_a_node_that_stops_answering_is_given_up_on(doctor_cluster):
     assert col["third"]["error"].startswith("no answer within 5 s"), col["third"]
     assert col["third"]["checks"]["probe"] == "no answer within 5 s"
     assert col["head"]["error"] is None and col["odd"]["error"] is None
-    assert r["problems"] == [f"{col['third']['label']}: could not be checked: no answer within 5 s; the node may be "
-                             "overloaded or its raylet hung: see `ray status` and the raylet log there"]
+    assert sorted(r["problems"]) == sorted([
+        ptrace_problem(col["odd"]["label"]),
+        f"{col['third']['label']}: could not be checked: no answer within 5 s; the node may be overloaded or its "
+        "raylet hung: see `ray status` and the raylet log there"])
     assert wall < 25
 
 
@@ -284,5 +304,6 @@ def test_a_node_that_leaves_during_the_check_is_reported(doctor_cluster):
     col = columns(c, r)
     assert col["third"]["error"].startswith("the node left the cluster during the check"), col["third"]
     assert col["head"]["error"] is None and col["odd"]["error"] is None
-    assert len(r["problems"]) == 1 and "could not be checked: the node left the cluster" in r["problems"][0]
+    assert len(r["problems"]) == 2 and any("could not be checked: the node left the cluster" in x
+                                           for x in r["problems"])
     assert time.monotonic() - t_kill < 45  # the GCS declares it dead within seconds; not the 120 s timeout

@@ -58,7 +58,7 @@ def _expected(r: dict[str, Any]) -> dict[str, list[tuple[int, int, str]]]:
 def test_trees_on_every_node(scenario_cluster, rollout, path):
     c = scenario_cluster
     env = None
-    args = ["snapshot", "--json"]
+    args = ["snapshot", "--json", "--cpu-window", "0.5"]  # the TP workers' CPU % (not an actor's: no agent figure)
     if path == "probe":
         # as on a multi-node cluster: nothing read from this machine, each node through its probe actor
         args += ["--no-local", "--remote-processes"]

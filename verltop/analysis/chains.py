@@ -149,7 +149,8 @@ def _collective_edges(g: Graph) -> None:
         in_coll = [k for k in members if g.act(k).kind == "collective"]
         if not in_coll:
             continue
-        outside = [k for k in members if k not in in_coll and (g.act(k).kind not in ("idle",)
+        inside = set(in_coll)
+        outside = [k for k in members if k not in inside and (g.act(k).kind not in ("idle",)
                                                                 or g.ranks[k].actor.state != "ALIVE")]
         for src in in_coll:
             for dst in outside:

@@ -70,19 +70,31 @@ def _is_ray_worker(f: Frame) -> bool:
     return f.file.endswith("ray/_private/worker.py") or (f.file == "worker.py" and "ray" in (f.module or ""))
 
 
+# Stacks of thousands of ranks repeat the same frames too (thread ids differ, frames do not): what is worked
+# out of a whole stack is cached by its frames (a tuple of tuples: hashed in C).
+@lru_cache(maxsize=8192)
+def py_frames(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
+    """The Python frames of a stack (native ones left out)."""
+    return tuple(f for f in frames if not is_native(f))
+
+
+@lru_cache(maxsize=8192)
+def _has_dist(frames: tuple[Frame, ...]) -> bool:
+    return any(_is_torch_dist(f) for f in frames)
+
+
+@lru_cache(maxsize=8192)
+def _has_executor(frames: tuple[Frame, ...]) -> bool:
+    return any("actor_method_executor" in f.func or "function_executor" in f.func for f in frames)
+
+
 def task_thread(threads: tuple[ThreadStack, ...]) -> ThreadStack | None:
     """The thread running the Ray task: the one with a Ray executor or c10d frame, else MainThread."""
-    def has(t: ThreadStack, pred) -> bool:
-        return any(pred(f) for f in t.frames)
-
     main = next((t for t in threads if t.name == "MainThread"), None)
-    for pred in (
-        lambda f: _is_torch_dist(f),
-        lambda f: "actor_method_executor" in f.func or "function_executor" in f.func,
-    ):
-        if main is not None and has(main, pred):
+    for has in (_has_dist, _has_executor):
+        if main is not None and has(main.frames):
             return main
-        hit = next((t for t in threads if has(t, pred)), None)
+        hit = next((t for t in threads if has(t.frames)), None)
         if hit is not None:
             return hit
     if main is not None:
@@ -104,7 +116,13 @@ def blocked_on(t: ThreadStack | None, gpu_util_percent: float | None = None,
     """The collective / wait the thread sits in, or None when it is doing something else."""
     if t is None or not t.frames:
         return None
-    frames = t.frames
+    busy_gpu = gpu_util_percent is not None and gpu_util_percent >= gpu_busy_percent
+    return blocked_frames(t.frames, bool(t.active and busy_gpu))
+
+
+@lru_cache(maxsize=8192)
+def blocked_frames(frames: tuple[Frame, ...], active_on_busy_gpu: bool) -> BlockedOn | None:
+    """``blocked_on`` of a stack: ``active_on_busy_gpu``, its thread is active on a GPU at work."""
     evidence = tuple(dict.fromkeys(f.func for f in frames if is_native(f) and _NATIVE_GPU_WAIT.search(f.func)))
     for i, f in enumerate(frames):
         if is_native(f):
@@ -122,8 +140,7 @@ def blocked_on(t: ThreadStack | None, gpu_util_percent: float | None = None,
         if not is_wrapper(f):
             # first user frame, innermost: the rank is in its own code. With native GPU-wait frames under
             # it, or an active thread on a pegged GPU, it waits on the GPU (an NCCL collective, most likely).
-            busy_gpu = gpu_util_percent is not None and gpu_util_percent >= gpu_busy_percent
-            if evidence or (t.active and busy_gpu and name not in _IDLE_FUNCS):
+            if evidence or (active_on_busy_gpu and name not in _IDLE_FUNCS):
                 return BlockedOn("cuda_sync", f.short(), evidence, gpu_wait=True)
             return None
     return None
@@ -150,4 +167,4 @@ def collective_pending(c: CollectiveInfo | None) -> bool:
 
 def stack_key(frames: tuple[Frame, ...]) -> tuple[tuple[str, str, int | None], ...]:
     """Identity of a stack for "did it move": Python frames with their lines."""
-    return tuple(f for f in frames if not is_native(f))
+    return py_frames(frames)

@@ -31,8 +31,8 @@ def _row_order(names: set[str]) -> tuple[str, ...]:
     head = ["probe", "hostname", *VERSIONS, *GPU_COMPARED, "gpu.memory_free_min_bytes", "gpu.ecc_uncorrected",
             "gpu.pending_repair", "gpu.xid", "env.source"]
     env = sorted(n for n in names if n.startswith("env.") and n != "env.source")
-    tail = [f"iface.{v}" for v in IFACE_VARS] + ["disk.ray_logs_free_bytes", "disk.tmp_free_bytes", "clock.offset_s",
-                                                   "path.write", "path.read_back"]
+    tail = [f"iface.{v}" for v in IFACE_VARS] + ["disk.ray_logs_free_bytes", "disk.tmp_free_bytes", "pyspy", "ptrace",
+                                                   "clock.offset_s", "path.write", "path.read_back"]
     return tuple(n for n in [*head, *env, *tail] if n in names)
 
 

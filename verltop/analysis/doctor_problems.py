@@ -16,6 +16,7 @@ from verltop.analysis.doctor_values import (
     NodeFacts,
     env_values,
     ok,
+    ptrace_block,
 )
 from verltop.model import CheckValue, Finding, Problem
 
@@ -105,6 +106,7 @@ def node_problems(n: NodeFacts, v: Mapping[str, CheckValue], show: Callable[[str
         if free < DISK_MIN_FREE_BYTES or 1 - free / total > DISK_MAX_USED:
             add(key, f"{what} ({d.get('path')}) has only {show(key, free)} free of {show(key, total)}",
                 "free space there: Ray fails to write logs and to create or spill objects on a full disk")
+    _pyspy_problems(f.get("pyspy"), add)
     off, rtt = n.clock_offset_s, n.clock_rtt_s or 0.0
     if off is not None and abs(off) - rtt / 2 > CLOCK_LIMIT_S:
         add("clock.offset_s", f"its clock is {off:+.1f} s off the head's",
@@ -117,6 +119,33 @@ def node_problems(n: NodeFacts, v: Mapping[str, CheckValue], show: Callable[[str
         add("path.read_back", f"does not see files other nodes wrote to the shared directory ({rb})",
             "the directory is not the same file system on every node: mount the shared storage there")
     return out
+
+
+# where py-spy may not attach, the fix by the reason (doctor_values.ptrace_block)
+PTRACE_FIXES = {
+    "no_cap": "give the Ray containers the SYS_PTRACE capability (securityContext.capabilities.add: "
+              "[\"SYS_PTRACE\"] in the KubeRay head and worker group templates; see docs/kuberay.md), or "
+              "dump from an ephemeral debug container (`kubectl debug -it POD --profile=sysadmin "
+              "--target=ray-worker`)",
+    "scope3": "kernel.yama.ptrace_scope=3 forbids ptrace until the node reboots: boot it with 1 or lower and "
+              "give the Ray containers SYS_PTRACE",
+    "other_user": "run the Ray workers and the raylet as one user, or give the Ray containers SYS_PTRACE",
+    "refused": "see py-spy's message; run `py-spy dump --pid PID` by hand there (as the Ray user)",
+}
+
+
+def _pyspy_problems(p: Any, add: Any) -> None:
+    if not ok(p):
+        return
+    if not p.get("pyspy"):
+        add("pyspy", "py-spy is not installed beside the Ray workers' Python: verltop cannot dump its ranks",
+            "pip install py-spy in the Ray image (it ships with ray[default]) of that node")
+        return
+    block = ptrace_block(p)
+    if block is not None:
+        why = f" ({p['tried']})" if p.get("tried") else ""
+        add("pyspy", f"py-spy may not read the Ray workers' stacks there{why}: dumps of its ranks fail",
+            PTRACE_FIXES[block])
 
 
 def _gpu_problems(n: NodeFacts, v: Mapping[str, CheckValue], f: Mapping[str, Any], add: Any) -> None:

@@ -156,6 +156,51 @@ def _xid_value(xid: Any) -> CheckValue:
     return ", ".join(f"{c}×{n}" for c, n in sorted(counts.items(), key=lambda kv: (-kv[1], int(kv[0]))))
 
 
+def ptrace_block(p: Mapping[str, Any]) -> str | None:
+    """Why py-spy there cannot read the workers' stacks, as a reason kind (``None``: it can, or it is unknown):
+    ``scope3`` (Yama forbids ptrace), ``no_cap`` (CAP_SYS_PTRACE missing where Yama or another user needs
+    it), ``other_user``, or ``refused`` (py-spy was refused for a reason none of the facts explain)."""
+    tried, scope, cap = p.get("tried"), p.get("ptrace_scope"), bool(p.get("cap_sys_ptrace"))
+    if tried == "ok":
+        return None
+    if scope == 3:
+        return "scope3"
+    if not cap and scope in (1, 2):
+        return "no_cap"
+    if not cap and p.get("other_user_workers"):
+        return "other_user"
+    if tried is None:
+        return None
+    low = str(tried).lower()
+    if "permission" in low or "not permitted" in low:
+        return "no_cap" if not cap else "refused"
+    return "refused"
+
+
+def pyspy_value(p: Any) -> CheckValue:
+    """The ``pyspy`` row: ``ok``, ``not found``, or ``cannot attach (why)``."""
+    if not ok(p):
+        return None
+    if not p.get("pyspy"):
+        return "not found"
+    block = ptrace_block(p)
+    if block is None:
+        return "ok" if p.get("tried") == "ok" else "ok (no worker to try)" if p.get("tried") is None else \
+            f"failed: {p['tried']}"
+    why = {"scope3": "ptrace_scope 3", "no_cap": f"no CAP_SYS_PTRACE, ptrace_scope {p.get('ptrace_scope')}",
+           "other_user": "workers run as another user"}.get(block, str(p.get("tried")))
+    return f"cannot attach ({why})"
+
+
+def ptrace_value(p: Any) -> CheckValue:
+    """The ``ptrace`` row: the capability and Yama's scope (``no Yama`` where the kernel has none)."""
+    if not ok(p):
+        return None
+    scope = p.get("ptrace_scope")
+    cap = "CAP_SYS_PTRACE" if p.get("cap_sys_ptrace") else "no CAP_SYS_PTRACE"
+    return f"{cap}, {'no Yama' if scope is None else f'ptrace_scope {scope}'}"
+
+
 def node_values(n: NodeFacts) -> dict[str, CheckValue]:
     """Every check's value on one node (``None`` where it could not be read)."""
     f = n.facts or {}
@@ -193,6 +238,7 @@ def node_values(n: NodeFacts) -> dict[str, CheckValue]:
     for key, part in (("disk.ray_logs_free_bytes", "disk_logs"), ("disk.tmp_free_bytes", "disk_tmp")):
         d = f.get(part)
         out[key] = d.get("free_bytes") if ok(d) else None
+    out["pyspy"], out["ptrace"] = pyspy_value(f.get("pyspy")), ptrace_value(f.get("pyspy"))
     out["clock.offset_s"] = None if n.clock_offset_s is None else round(n.clock_offset_s, 3)
     if n.path_write is not None:
         out["path.write"] = "ok" if n.path_write.get("ok") else str(n.path_write.get("error") or "failed")

@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from verltop.analysis.collectives import is_native
+from verltop.analysis.collectives import py_frames
 from verltop.model import Frame, RankDump, StackGroup
 
 
@@ -71,7 +71,7 @@ def rank_label(r: RankDump) -> str:
 
 
 def python_frames(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
-    return tuple(f for f in frames if not is_native(f))
+    return py_frames(frames)
 
 
 @dataclass(slots=True)

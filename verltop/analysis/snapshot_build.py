@@ -100,13 +100,14 @@ def build_snapshot(
 
     # Roles of colocated workers are shared by their worker group: ranks run the same methods.
     idents = {a.actor_id: R.identity(a) for a in data.actors}
-    group_methods: dict[str, set[str]] = {}
+    group_methods: dict[str, list] = {}
     for a in data.actors:
         ms = hist.methods_by_actor.get(a.actor_id)
         if ms:
-            group_methods.setdefault(group_key(idents[a.actor_id], a.class_name), set()).update(ms)
+            group_methods.setdefault(group_key(idents[a.actor_id], a.class_name), []).append(ms)
 
-    group_roles = {g: R.roles_from_methods(ms) for g, ms in group_methods.items()}
+    # one union per group, in C (a thousand ranks' method lists are mostly the same few names)
+    group_roles = {g: R.roles_from_methods(set().union(*mss)) for g, mss in group_methods.items()}
     pending = build_pending(data.pending, data.actors, data.nodes, now)
     pending_actor = {p.id: p for p in pending if p.kind == "actor"}
     stall_memo: dict = {}

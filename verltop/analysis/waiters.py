@@ -22,7 +22,14 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from verltop.analysis.collectives import COLLECTIVES, blocked_on, caller_frame, is_native, leaf, task_thread
+from verltop.analysis.collectives import (
+    COLLECTIVES,
+    blocked_frames,
+    caller_frame,
+    leaf,
+    py_frames,
+    task_thread,
+)
 from verltop.model import BlockedOn, Frame, ThreadStack
 
 # kinds, most telling first when a process has several non-idle threads
@@ -76,7 +83,7 @@ def _has(frames: tuple[Frame, ...], names: set[str] | frozenset[str], file_rx: r
 
 
 def _py(frames: tuple[Frame, ...]) -> tuple[Frame, ...]:
-    return tuple(f for f in frames if not is_native(f))
+    return py_frames(frames)
 
 
 @lru_cache(maxsize=65536)
@@ -96,8 +103,12 @@ _UNKNOWN = BlockedOn("?", None)  # "not worked out yet" (None means "in no wait"
 def thread_activity(t: ThreadStack, b: BlockedOn | None = _UNKNOWN) -> Activity:
     """One thread: what it waits in, or where its own code is. ``b``: its ``blocked_on`` (without GPU
     figures) when the caller has it."""
-    frames = _py(t.frames)
-    name = t.name
+    return _thread_activity(t.frames, t.name, b)
+
+
+@lru_cache(maxsize=8192)
+def _thread_activity(all_frames: tuple[Frame, ...], name: str | None, b: BlockedOn | None) -> Activity:
+    frames = _py(all_frames)
     if not frames:
         return Activity("idle", thread=name)
     # SGLang: a scheduler between batches (ranks > 0 block in broadcast_pyobj inside recv_requests)
@@ -106,7 +117,7 @@ def thread_activity(t: ThreadStack, b: BlockedOn | None = _UNKNOWN) -> Activity:
     if _has(frames, {"event_loop"}) is not None and leaf(frames[0].func) in ("recv_pyobj", "recv", "poll"):
         return Activity("idle", "event_loop", thread=name)
     if b is _UNKNOWN:
-        b = blocked_on(t)
+        b = blocked_frames(all_frames, False)  # no GPU figures: whether the thread is active does not count
     if b is not None and (b.op in COLLECTIVES or b.op == "wait"):
         return Activity("collective", b.op, b.frame, name)
     i = _has(frames, set(_IPC_WAITS))

@@ -17,9 +17,9 @@ from verltop.analysis.doctor import NodeFacts, build_report
 from verltop.convert import one_line
 from verltop.model import DoctorReport, Node, Problem
 from verltop.sources import node_check
-from verltop.sources.dashboard import fetch_nodes
+from verltop.sources.dashboard import fetch_nodes, fetch_profiling_enabled
 from verltop.sources.http import DashboardClient
-from verltop.text.doctor import value_text
+from verltop.text.doctor import profiling_note, value_text
 
 log = logging.getLogger("verltop.doctor")
 
@@ -91,28 +91,44 @@ class DoctorJob:
 
     async def _run(self) -> DoctorReport | None:
         self._emit("nodes")
-        r = await fetch_nodes(self.client)
+        if self.runner is None:
+            from verltop.sources.probe_runner import NodeRunner  # imports ray: only here, only when asked
+
+            self.runner = NodeRunner(self.probe_address)
+        runner = self.runner
+        # joining the cluster (ray's import, ray.init) is most of the start: it goes on while the dashboard
+        # lists the nodes; that they are the cluster joined is checked once both are in
+        joining = asyncio.create_task(runner.connect(()))
+        profiling = asyncio.create_task(fetch_profiling_enabled(self.client))
+        try:
+            r = await fetch_nodes(self.client)
+        except BaseException:
+            joining.cancel()
+            profiling.cancel()
+            raise
         if not r.ok or r.value is None:
+            joining.cancel()
             assert r.error is not None
             self._fail(r.error.with_message(f"cannot list the cluster's nodes: {r.error.message}"))
             return None
         alive = [n for n in r.value if n.state == "ALIVE"]
         dead = len(r.value) - len(alive)
         if not alive:
+            joining.cancel()
             self._fail(Problem("no_nodes", "the dashboard lists no alive node", "start the cluster (`ray start`)"))
             return None
         self.total = len(alive)
         self._emit("connect")
-        if self.runner is None:
-            from verltop.sources.probe_runner import NodeRunner  # imports ray: only here, only when asked
-
-            self.runner = NodeRunner(self.probe_address)
-        runner = self.runner
-        problem = await runner.connect(n.node_id for n in alive)
+        problem = await joining
+        if problem is None:
+            problem = await runner.connect(n.node_id for n in alive)  # joined: only checks the node ids
         if problem is not None:
             self._fail(problem)
             return None
         notes = (f"{dead} dead node(s) listed by the dashboard were not checked",) if dead else ()
+        prof = await profiling
+        note = profiling_note(prof.value if prof.ok else None)
+        notes += (note,) if note else ()
         try:
             self._emit("probe")
             facts = list(await asyncio.gather(*(self._probe(n) for n in alive)))

@@ -10,6 +10,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from verltop.analysis.deaths import classify
 from verltop.analysis.dump import analyse, analyse_child, analyse_rank, child_key
@@ -107,6 +108,8 @@ class DumpJob:
         self.native_used = opts.native
         self.tasks: list[RawTask] = []
         self.refs: list[RawObjectRef] = []
+        self.probe: Any = None  # a ProbePool already joining the cluster (``oneshot``), else made when needed
+        self.dashboard_profiling: bool | None = None  # known before the dump: no 403 to learn it from
 
     @property
     def waiting_jobs(self) -> set[str]:
@@ -145,6 +148,7 @@ class DumpJob:
 
     async def _run(self) -> DumpReport:
         cap = StackCapture(self.client, self.local_node_ids, self.opts, self.probe_address)
+        cap.probe, cap.dashboard_profiling = self.probe, self.dashboard_profiling
         got: dict[str, list[ProcessDump]] = {}
         self.samples = got
         # the task tree and the object table are read while the stacks are taken (they cost no wait)

@@ -14,12 +14,11 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING
 
 from verltop.analysis.dump import dump_targets
 from verltop.convert import one_line
 from verltop.engine import nccl_ras
-from verltop.engine.doctor import DoctorJob
-from verltop.engine.doctor import ProgressFn as DoctorProgressFn
 from verltop.engine.dumps import DumpJob, DumpProgress, ProgressFn
 from verltop.engine.poll_actors import ActorPolls
 from verltop.engine.poll_history import HistoryPolls
@@ -31,6 +30,10 @@ from verltop.engine.snapshots import SnapshotBuilding
 from verltop.model import ActorRow, Problem, Snapshot
 from verltop.sources import dashboard as D
 from verltop.sources.pyspy import DumpOptions
+
+if TYPE_CHECKING:
+    from verltop.engine.doctor import DoctorJob
+    from verltop.engine.doctor import ProgressFn as DoctorProgressFn
 
 __all__ = ["Intervals", "Monitor", "SourceState"]
 
@@ -121,6 +124,8 @@ class Monitor(ActorPolls, TaskPolls, HistoryPolls, NodePolls, LocalPolls, Snapsh
 
     def doctor(self, path: str | None = None, node_timeout_s: float = 30.0,
                on_progress: DoctorProgressFn | None = None) -> DoctorJob:
+        from verltop.engine.doctor import DoctorJob  # not on a dump's or the TUI's start-up path
+
         return DoctorJob(self.client, path, node_timeout_s, on_progress, clock=self.clock)
 
     async def log_tail(self, actor_id: str, stream: str = "err", lines: int = 200) -> tuple[str | None, Problem | None]:
@@ -231,9 +236,12 @@ class Monitor(ActorPolls, TaskPolls, HistoryPolls, NodePolls, LocalPolls, Snapsh
             jobs.append(self._seed_history())
         await asyncio.gather(*jobs)
         t0 = time.monotonic()
-        await self._poll_local()
-        if node_details:
-            await self._poll_node_details(all_nodes=True)
+        if node_details and cpu_window_s <= 0:  # this machine's actors take the agent's CPU % too: read at once
+            await asyncio.gather(self._poll_local(), self._poll_node_details(all_nodes=True, with_local=True))
+        else:
+            await self._poll_local()
+            if node_details:
+                await self._poll_node_details(all_nodes=True)
         if ras and self.use_local:
             addrs = self.ras_addresses(self.snapshot().actors)
             if addrs:

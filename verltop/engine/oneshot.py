@@ -24,6 +24,7 @@ from verltop.engine.dumps import DumpJob
 from verltop.engine.monitor import Intervals, Monitor
 from verltop.model import ActorRow, DumpReport, Snapshot
 from verltop.sources import dashboard as D
+from verltop.sources import headstart
 from verltop.sources.config import Endpoint
 from verltop.sources.local import has_nvidia_device
 from verltop.sources.pyspy import DumpOptions, children_by_pidfd
@@ -85,6 +86,7 @@ async def dump(mon: Monitor, scope: str | None, opts: DumpOptions, use_logs: boo
             report = await job.run() if job.targets or job.waiting_jobs else None
     finally:
         quick.close()
+        headstart.discard()  # early py-spy runs the dump did not take
         await mon.stop()
     if (job.targets or job.waiting_jobs) and report is None:
         raise OneShotError(job.problem.text if job.problem else "the dump failed")
@@ -111,7 +113,8 @@ class QuickDump:
         summary = asyncio.create_task(D.fetch_nodes_summary(mon.client, t))
         self._background.append(asyncio.create_task(mon.poll_tasks()))
         # pending work too: a job whose workers cannot be placed has nothing to dump but its driver
-        _, nodes, _ = await asyncio.gather(mon.poll_actors(), D.fetch_nodes(mon.client, t), mon.poll_pending())
+        _, nodes, _, prof = await asyncio.gather(mon.poll_actors(), D.fetch_nodes(mon.client, t), mon.poll_pending(),
+                                                 D.fetch_profiling_enabled(mon.client))
         mon.take_nodes(nodes, None)
         if not mon.has_data:
             summary.cancel()
@@ -130,9 +133,20 @@ class QuickDump:
             taken = {a.actor_id for a in targets}
             return {a.actor_id: a for a in dump_targets(list(rows.values()), self.scope) if a.actor_id in taken}
 
-        return DumpJob(mon.client, mon.local_node_ids(), targets, self.opts, use_logs=self.use_logs,
-                       refresh_rows=refreshed, clock=mon.clock, nodes=snap.nodes, drivers=self.scope is None,
-                       ras_addrs=mon.ras_addresses(snap.actors, has_nvidia_device()) if mon.use_local else [], pending=snap.pending)
+        local = mon.local_node_ids()
+        job = DumpJob(mon.client, local, targets, self.opts, use_logs=self.use_logs,
+                      refresh_rows=refreshed, clock=mon.clock, nodes=snap.nodes, drivers=self.scope is None,
+                      ras_addrs=mon.ras_addresses(snap.actors, has_nvidia_device()) if mon.use_local else [],
+                      pending=snap.pending)
+        job.dashboard_profiling = prof.value if prof.ok else None
+        remote = sorted({a.node_id for a in targets if a.node_id and a.node_id not in local and a.state == "ALIVE"})
+        if remote and (self.opts.via == "probe" or (self.opts.via == "auto" and job.dashboard_profiling is False)) \
+                and importlib.util.find_spec("ray") is not None:
+            from verltop.sources.probe import ProbePool  # ray is imported by its own thread
+
+            job.probe = ProbePool(self.opts)
+            job.probe.warm(remote)  # joins the cluster and starts every node's probe while the rest goes on
+        return job
 
     async def _node_stats(self, nodes: D.Result, summary: asyncio.Task) -> None:
         self.mon.take_nodes(nodes, await summary)

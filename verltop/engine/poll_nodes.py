@@ -73,10 +73,11 @@ class NodePolls(PollState):
                 out.add(nid)
         return frozenset(out)
 
-    async def _poll_node_details(self, all_nodes: bool = False) -> None:
+    async def _poll_node_details(self, all_nodes: bool = False, with_local: bool = False) -> None:
         """Per-worker CPU/RSS of remote nodes that host actors. Nodes whose rows are on screen come first;
-        at most ``max_node_details`` requests per cycle (``all_nodes`` for one-shot snapshots)."""
-        local = self.local_node_ids()
+        at most ``max_node_details`` requests per cycle (``all_nodes`` for one-shot snapshots; ``with_local``:
+        this machine's nodes too, for a snapshot that does not sample CPU itself)."""
+        local = frozenset() if with_local else self.local_node_ids()
         wanted = sorted({a.node_id for a in self._actors_on(self._known_nodes()) if a.node_id and a.node_id not in local})
         if not wanted:
             return

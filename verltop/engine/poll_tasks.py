@@ -67,8 +67,10 @@ class TaskPolls(PollState):
         self.src.tasks.value = fixed
         actors = {a.actor_id: a for a in (self.src.actors.value or [])}
         await self._hist_ready()
-        self.hist.observe(running_task_rows(tuple(fixed), actors), r.taken_at, complete=r.truncated is None)
-        self.timeline.observe(fixed, actors, r.taken_at, complete=r.truncated is None)
+        self.tasks_truncated = r.truncated  # shown beside the actors' (more than 10,000 running, or events lost)
+        whole = D.complete(r)
+        self.hist.observe(running_task_rows(tuple(fixed), actors), r.taken_at, complete=whole)
+        self.timeline.observe(fixed, actors, r.taken_at, complete=whole)
         self.work.note(fixed, actors)
         self.timeline.maybe_refine(self._actor_map, self._hist_ready)
 

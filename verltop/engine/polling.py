@@ -113,6 +113,7 @@ class PollState(Engine):
         self.remote = RemoteTrees(interval_s=self.iv.trees_s)
         self._detail_cursor = 0
         self.truncated: str | None = None
+        self.tasks_truncated: str | None = None  # the running tasks' list: cut at Ray's limit, or events lost
         self.seeded = False
         self._actor_cache: dict[str, RawActor] = {}
         self._actor_detail_at: float | None = None

@@ -14,20 +14,48 @@ from verltop.sources.config import Endpoint
 
 WAIT_GRAPH_TIMEOUT_S = 5.0  # the dump's wait-graph reads: bounded, the chains can do without them
 JOBS_TIMEOUT_S = 10.0  # the drivers of a whole-job dump
+SEED_TIMEOUT_S, SEED_LIMIT = 15.0, 2000  # the finished tasks a snapshot's stall rules start from
 
 
 def dump_reads(timeout_s: float, whole_job: bool) -> list[reads.Read]:
-    """``dump``'s reads: actors, nodes, running tasks, node stats, the wait graph; the jobs' drivers when
-    the whole job is dumped (not one worker group)."""
+    """``dump``'s reads: actors, nodes, running tasks, node stats, the wait graph, pending work; the jobs'
+    drivers when the whole job is dumped (not one worker group)."""
     wanted = [reads.actors(timeout_s, True), reads.nodes(timeout_s), reads.running_tasks(timeout_s, True),
               reads.nodes_summary(), reads.running_tasks(WAIT_GRAPH_TIMEOUT_S, False),
-              reads.pending_refs(WAIT_GRAPH_TIMEOUT_S)]
+              reads.pending_refs(WAIT_GRAPH_TIMEOUT_S),
+              # pending work (a job whose workers cannot be placed has nothing to dump but its driver)
+              reads.unplaced_placement_groups(timeout_s), reads.pending_tasks(timeout_s),
+              reads.profiling_enabled()]  # other nodes' stacks: through the dashboard, or the probes
     if whole_job:
         wanted.append(reads.jobs(JOBS_TIMEOUT_S))
     return wanted
 
 
-def prefetch_dump(endpoint: Endpoint, timeout_s: float, whole_job: bool) -> wire.Prefetch:
-    """Send ``dump``'s reads now; pass the result to ``oneshot.monitor`` for the engine to take them."""
-    return wire.Prefetch(endpoint.address, wire.headers(endpoint.token), dump_reads(timeout_s, whole_job),
-                         timeout_s + 2)
+def prefetch_dump(endpoint: Endpoint, timeout_s: float, whole_job: bool,
+                  stacks: tuple[bool, bool, float] | None = None) -> wire.Prefetch:
+    """Send ``dump``'s reads now; pass the result to ``oneshot.monitor`` for the engine to take them.
+    ``stacks``: ``(native, nonblocking, per-process timeout)`` to start py-spy on this machine's actors as
+    soon as the actors are in (``sources.headstart``), or None to leave it all to the engine."""
+    pre = wire.Prefetch(endpoint.address, wire.headers(endpoint.token), dump_reads(timeout_s, whole_job),
+                        timeout_s + 2)
+    if stacks is not None:
+        from verltop.sources import headstart
+
+        native, nonblocking, per_process = stacks
+        headstart.start(pre.peek(*reads.actors(timeout_s, True)), pre.peek(*reads.nodes(timeout_s)),
+                        pre.peek(*reads.jobs(JOBS_TIMEOUT_S)) if whole_job else None, per_process, native,
+                        nonblocking)
+    return pre
+
+
+def snapshot_reads(timeout_s: float) -> list[reads.Read]:
+    """``snapshot``'s reads (``Monitor.poll_once``): actors, running and waiting tasks, the finished ones that
+    seed the usual durations, nodes and their summary, pending work."""
+    return [reads.actors(timeout_s, True), reads.running_tasks(timeout_s, True), reads.waiting_tasks(timeout_s),
+            reads.finished_tasks(SEED_TIMEOUT_S, True, SEED_LIMIT), reads.nodes(timeout_s), reads.nodes_summary(),
+            reads.unplaced_placement_groups(timeout_s), reads.pending_tasks(timeout_s)]
+
+
+def prefetch_snapshot(endpoint: Endpoint, timeout_s: float) -> wire.Prefetch:
+    """Send ``snapshot``'s reads now, while the engine is imported; pass the result to ``oneshot.monitor``."""
+    return wire.Prefetch(endpoint.address, wire.headers(endpoint.token), snapshot_reads(timeout_s), timeout_s + 2)

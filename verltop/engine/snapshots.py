@@ -43,7 +43,7 @@ class SnapshotBuilding(PollState):
             local_gpus=ls.gpus if ls else None,
             local_gpu_error=ls.gpu_error if ls else None,
             sources=tuple(statuses),
-            truncated=self.truncated,
+            truncated="; ".join(t for t in (self.truncated, self.tasks_truncated) if t) or None,
             ras=self.ras,
             local_tree=ls.tree if ls else None,
             remote_trees=tuple(self.remote.trees.values()),

@@ -46,10 +46,21 @@ def _fail(reply: Reply, now: float) -> Result:
     return Result(None, reply.error, now, reply.elapsed_s, retry_after_s=reply.retry_after_s)
 
 
+DROPPED = "Ray dropped the events of"  # a whole list whose tasks' states may be stale: see ``complete``
+
+
 def _trunc_note(what: str, lr: parse.ListResult) -> str | None:
     if lr.truncated:
         return f"{what}: Ray returned {lr.total} rows but only the first {LIMIT} (its limit)"
+    if lr.dropped:
+        return (f"{DROPPED} {lr.dropped:,} tasks (its GCS keeps the last 100,000 task attempts, "
+                "RAY_task_events_max_num_task_in_gcs): a task's state may be stale or missing")
     return lr.warning
+
+
+def complete(r: Result) -> bool:
+    """Is a task list all of what Ray holds (not cut at its limit)? Dropped events leave it whole."""
+    return r.truncated is None or r.truncated.startswith(DROPPED)
 
 
 async def _get_parsed(
@@ -179,6 +190,20 @@ async def fetch_waiting_tasks(client: DashboardClient, timeout_s: float = 10.0) 
 async def fetch_nodes(client: DashboardClient, timeout_s: float = 10.0) -> Result[list[Node]]:
     return await _get_parsed(client, *reads.nodes(timeout_s), timeout_s + 2,
                              lambda doc, now: (parse.state_nodes(doc), None))
+
+
+async def fetch_profiling_enabled(client: DashboardClient, timeout_s: float = 5.0) -> Result[bool | None]:
+    """Is the dashboard's profiling (``/worker/traceback``: py-spy run by each node's agent) on? Ray ≥ 2.56
+    answers ``GET /api/profiling_enabled``; an older one (404) has it on, always."""
+    def p(doc: Any, now: float) -> tuple[Any, str | None]:
+        data = doc.get("data") if isinstance(doc, dict) else None
+        on = data.get("profilingEnabled") if isinstance(data, dict) else None
+        return (on if isinstance(on, bool) else None), None
+
+    r = await _get_parsed(client, *reads.profiling_enabled(), timeout_s, p)
+    if not r.ok and r.error is not None and r.error.status == 404:
+        return Result(True, None, r.taken_at, r.elapsed_s)
+    return r
 
 
 async def fetch_nodes_summary(client: DashboardClient, timeout_s: float = 10.0) -> Result[list[Node]]:

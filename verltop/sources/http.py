@@ -22,6 +22,7 @@ from verltop.sources.wire import ALLOWED_PATHS, allowed  # noqa: F401 - the allo
 
 RAY_RUNNING = "is Ray running? use --address or RAY_DASHBOARD_ADDRESS"
 INVALID = wire.INVALID
+RELAY_INFLIGHT = 128  # requests relayed to node agents at once (/worker/traceback), over all nodes
 PROFILING_OFF = "start Ray with RAY_DASHBOARD_ENABLE_PROFILING=1, or let verltop use its probe"
 
 
@@ -56,6 +57,9 @@ class DashboardClient:
         self.transport = transport
         self._session: Any = None
         self._sem = asyncio.Semaphore(max_inflight)
+        # relayed to the nodes' agents (py-spy there), not served by the single-threaded state server: a dump
+        # of 128 nodes fans out wide; each node's own cap is the caller's (sources/stacks.py)
+        self._relay_sem = asyncio.Semaphore(RELAY_INFLIGHT)
         self.requests = 0
         self.memo: dict[str, tuple[bytes, object]] = {}  # last answer per endpoint (see dashboard.py)
         self.prefetch: wire.Prefetch | None = None  # reads a one-shot command sent before it was ready
@@ -66,7 +70,7 @@ class DashboardClient:
 
             self._session = aiohttp.ClientSession(
                 headers=self._headers(),
-                connector=aiohttp.TCPConnector(limit=16, ttl_dns_cache=300),
+                connector=aiohttp.TCPConnector(limit=RELAY_INFLIGHT + 16, ttl_dns_cache=300),
                 # no cookies, no env proxies: a dashboard on loopback must not go through a proxy
                 cookie_jar=aiohttp.DummyCookieJar(),
             )
@@ -89,7 +93,7 @@ class DashboardClient:
             self.requests += 1
             status, body, retry, exc = await asyncio.wrap_future(sent)
             return self._reply(path, timeout_s, time.monotonic() - t0, status, body, retry, exc)
-        async with self._sem:
+        async with self._relay_sem if path.startswith("/worker/") else self._sem:
             self.requests += 1
             if self.transport == "stdlib":
                 status, body, retry, exc = await self._get_stdlib(path, params, timeout_s)

@@ -306,6 +306,104 @@ def worker_env() -> dict[str, Any]:
     return {"raylet": _environ(raylet), "workers": workers, "unreadable": unreadable, "found_raylet": True}
 
 
+# ---------------------------------------------------------------- py-spy and ptrace
+
+CAP_SYS_PTRACE = 19
+# Tests only: a node started with this variable answers as a pod without SYS_PTRACE would (no capability,
+# ptrace_scope 1, py-spy refused); a real one cannot be made on a single test machine
+TEST_DENY_ENV = "VERLTOP_TEST_PTRACE_DENIED"
+
+
+def _job_workers() -> list[int]:
+    """Pids of the job's Ray workers under this node's raylet (agents, idle workers and probes left out)."""
+    me = os.getpid()
+    raylet = None
+    pid, hops = me, 0
+    while pid > 1 and hops < 8:
+        st = read_stat(pid)
+        if st is None:
+            break
+        if st[1] == "raylet":
+            raylet = pid
+            break
+        pid, hops = st[0], hops + 1
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == me:
+            continue
+        st = read_stat(int(d))
+        if st is None or (raylet is not None and st[0] != raylet):
+            continue
+        title = _title(int(d))
+        if title.startswith("ray::") and not title.startswith(NOT_WORKERS):
+            out.append(int(d))
+    return sorted(out)
+
+
+def _uid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Uid:"):
+                    return int(line.split()[2])  # the effective uid
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def pyspy_access() -> dict[str, Any]:
+    """Can py-spy here read Ray's workers' stacks? Where py-spy is (beside the workers' Python or on PATH),
+    ``CAP_SYS_PTRACE`` in this worker's effective set (the probe is a Ray worker like them), Yama's
+    ``ptrace_scope``, the workers whose user differs from ours, and one real ``py-spy dump --nonblocking``
+    (it reads memory without pausing the worker) of a job worker."""
+    import shutil
+    import subprocess
+
+    deny = os.environ.get(TEST_DENY_ENV) == "1"
+    # the probe's own choice when it dumps (probe_actor): PATH first, else beside the workers' Python
+    exe = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if not os.access(exe, os.X_OK):
+        exe = ""
+    cap = False
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    cap = bool(int(line.split()[1], 16) >> CAP_SYS_PTRACE & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open("/proc/sys/kernel/yama/ptrace_scope") as f:
+            scope: int | None = int(f.read().strip())
+    except (OSError, ValueError):
+        scope = None  # no Yama: the classic rules (same user, or CAP_SYS_PTRACE)
+    workers = _job_workers()
+    me = os.geteuid()
+    other = [p for p in workers if _uid(p) not in (None, me)]
+    out: dict[str, Any] = {"pyspy": exe or None, "cap_sys_ptrace": cap, "ptrace_scope": scope, "uid": me,
+                           "workers": len(workers), "other_user_workers": len(other), "tried_pid": None,
+                           "tried": None}
+    if deny:
+        out.update(cap_sys_ptrace=False, ptrace_scope=1)
+    if not exe or not workers:
+        return out
+    pid = workers[0]
+    out["tried_pid"] = pid
+    if deny:
+        out["tried"] = "Permission denied (os error 13)"
+        return out
+    try:
+        p = subprocess.run([exe, "dump", "--nonblocking", "--pid", str(pid)], capture_output=True, timeout=5.0,
+                           stdin=subprocess.DEVNULL)
+        err = (p.stderr or b"").decode(errors="replace").strip().splitlines()
+        out["tried"] = "ok" if p.returncode == 0 else (err[-1][:200] if err else f"exit code {p.returncode}")
+    except subprocess.TimeoutExpired:
+        out["tried"] = "py-spy did not finish within 5 s"
+    except OSError as e:
+        out["tried"] = str(e)[:200]
+    return out
+
+
 # ---------------------------------------------------------------- network, disks
 
 
@@ -347,7 +445,7 @@ def collect(session_dir: str | None, budget_s: float = 20.0) -> dict[str, Any]:
     logs = os.path.join(session_dir, "logs") if session_dir else None
     steps: dict[str, tuple[Any, tuple[Any, ...]]] = {
         "versions": (versions, ()), "gpus": (gpus, ()), "xid": (_kmsg_xids, ()), "env": (worker_env, ()),
-        "interfaces": (interfaces, ()), "disk_tmp": (disk, ("/tmp",)),
+        "interfaces": (interfaces, ()), "disk_tmp": (disk, ("/tmp",)), "pyspy": (pyspy_access, ()),
     }
     if logs:
         steps["disk_logs"] = (disk, (logs,))

@@ -42,8 +42,10 @@ class ListResult:
     total: int | None
     truncated: bool
     warning: str | None
+    dropped: int = 0  # tasks only: task events the GCS dropped (Ray counts them into ``total``)
 
 
+TASK_LIMIT = 10000  # RAY_MAX_LIMIT_FROM_DATA_SOURCE: a task list this long was cut by the limit
 FAST_FROM_BYTES = 64 << 10  # below this the stdlib parses in well under a millisecond
 _fast_loads: Any = None
 
@@ -256,6 +258,12 @@ def tasks(doc: Any) -> tuple[list[RawTask], ListResult]:
     out = [t for t in (task(r) for r in lr.rows) if t is not None]
     if lr.rows and not out:
         raise ParseError("dashboard task rows lack task_id (schema changed?)")
+    if lr.truncated and len(lr.rows) < TASK_LIMIT:
+        # Ray's total of tasks is what it returned plus the task events its GCS dropped (it keeps the last
+        # 100,000 attempts; workers drop events when their buffer is full): a list under the limit is whole
+        inner = _dict(_dict(doc.get("data")).get("result"))
+        after = _int(inner.get("num_after_truncation")) or len(lr.rows)
+        lr = ListResult(lr.rows, lr.total, False, lr.warning, dropped=max(0, (lr.total or 0) - after))
     return out, lr
 
 

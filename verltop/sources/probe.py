@@ -35,9 +35,21 @@ class ProbePool:
         self._lock = asyncio.Lock()
         self._init_error: str | None = None
         self._inited = False
+        self._warming: list[asyncio.Future] = []
 
     def _init(self, node_id: str) -> None:
         connect(self.address, [node_id])
+
+    def warm(self, node_ids: list[str]) -> None:
+        """Join the cluster and start the probes of ``node_ids`` now, in the background: a dump through the
+        probes would otherwise wait for both at its first call there (about a second each)."""
+        async def start(node_id: str) -> None:
+            try:
+                await self._actor(node_id)
+            except RuntimeError:
+                pass  # the calls there will say why
+
+        self._warming = [asyncio.ensure_future(start(n)) for n in node_ids]
 
     async def _actor(self, node_id: str) -> Any:
         async with self._lock:
@@ -148,5 +160,7 @@ class ProbePool:
             return Problem("probe", f"probe failed: {one_line(e, 160)}")
 
     async def close(self) -> None:
+        for w in self._warming:
+            w.cancel()
         kill_all(self._actors)
 

@@ -10,7 +10,6 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -19,6 +18,9 @@ from typing import Any
 
 from verltop.convert import one_line, to_bool, to_int
 from verltop.model import Frame, Problem, ProcessDump, ThreadStack
+from verltop.sources import headstart
+from verltop.sources.headstart import dump_args
+from verltop.sources.headstart import find_pyspy as find_pyspy  # where callers look for it
 from verltop.sources.procgroup import kill_group
 
 PTRACE_REMEDY = (
@@ -64,24 +66,6 @@ class DumpOptions:
         return None
 
 
-def dump_args(pid: int, native: bool = False, nonblocking: bool = False) -> list[str]:
-    """py-spy's arguments for one JSON dump (after the executable; the probe prepends its own)."""
-    args = ["dump", "--json", "--pid", str(pid)]
-    if native:
-        args.append("--native")
-    if nonblocking:
-        args.append("--nonblocking")
-    return args
-
-
-def find_pyspy() -> str | None:
-    p = shutil.which("py-spy")
-    if p:
-        return p
-    cand = os.path.join(os.path.dirname(sys.executable), "py-spy")
-    return cand if os.access(cand, os.X_OK) else None
-
-
 def explain_error(text: str, rc: int | None, where: str = "") -> Problem:
     """py-spy's own failure text → a problem with its fix."""
     t = one_line(text, 2000)
@@ -98,13 +82,25 @@ def explain_error(text: str, rc: int | None, where: str = "") -> Problem:
 
 
 async def dump_local(pid: int, opts: DumpOptions, pyspy: str) -> ProcessDump:
-    """One ``py-spy dump --json`` of a local pid, killed (with anything it started) at its timeout."""
+    """One ``py-spy dump --json`` of a local pid, killed (with anything it started) at its timeout. A run of
+    the same command line that ``headstart`` started before the engine was imported is taken instead."""
+    argv = [pyspy, *dump_args(pid, opts.native, opts.nonblocking)]
+    early = headstart.take(argv)
+    if early is not None:
+        try:
+            rc, out, err, started, dt = await asyncio.wait_for(asyncio.wrap_future(early),
+                                                               opts.per_process_timeout + 1.0)
+        except asyncio.TimeoutError:
+            return ProcessDump(pid, error=timeout_problem(opts.per_process_timeout))
+        if rc is None:
+            return ProcessDump(pid, error=timeout_problem(opts.per_process_timeout), taken_at=started, duration_s=dt)
+        return _outcome(pid, opts, rc, out, err, started, dt)
     t0 = time.monotonic()
     started = time.time()
     try:
         proc = await asyncio.create_subprocess_exec(
-            pyspy, *dump_args(pid, opts.native, opts.nonblocking), stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL, start_new_session=True,
+            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL,
+            start_new_session=True,
         )
     except FileNotFoundError:
         return ProcessDump(pid, error=no_pyspy_problem(), taken_at=started)
@@ -122,11 +118,15 @@ async def dump_local(pid: int, opts: DumpOptions, pyspy: str) -> ProcessDump:
             kill_group(proc.pid)
             await proc.wait()
         raise
-    dt = time.monotonic() - t0
-    if proc.returncode != 0:
+    return _outcome(pid, opts, proc.returncode, out, err, started, time.monotonic() - t0)
+
+
+def _outcome(pid: int, opts: DumpOptions, rc: int | None, out: bytes | None, err: bytes | None, started: float,
+             dt: float) -> ProcessDump:
+    if rc != 0:
         text = (err or b"").decode(errors="replace") + (out or b"").decode(errors="replace")
-        return ProcessDump(pid, error=explain_error(text, proc.returncode), taken_at=started, duration_s=dt)
-    threads, perr = parse_json(out.decode(errors="replace"))
+        return ProcessDump(pid, error=explain_error(text, rc), taken_at=started, duration_s=dt)
+    threads, perr = parse_json((out or b"").decode(errors="replace"))
     return ProcessDump(pid, threads=threads, error=Problem("pyspy", perr) if perr else None, native=opts.native,
                        taken_at=started, duration_s=dt)
 

@@ -70,3 +70,8 @@ def waiting_tasks(timeout_s: float) -> Read:
     """Tasks submitted and not running, finished or failed: waiting for arguments, a node or their actor."""
     return "/api/v0/tasks", list_params(timeout_s, False) + filters(
         ("state", "!=", "RUNNING"), ("state", "!=", "FINISHED"), ("state", "!=", "FAILED"))
+
+
+def profiling_enabled() -> Read:
+    """Is the dashboard's profiling (``/worker/traceback``) on? Ray ≥ 2.56; older ones answer 404."""
+    return "/api/profiling_enabled", []

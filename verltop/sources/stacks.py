@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from verltop.model import ActorRow, ChildProc, Problem, ProcessDump
-from verltop.sources import pyspy
+from verltop.sources import headstart, pyspy
 from verltop.sources.children import MAX_PER_ACTOR, child_title, local_descendants
 from verltop.sources.dashboard import fetch_traceback
 from verltop.sources.http import DashboardClient
@@ -34,8 +34,10 @@ class Target:
 ProgressFn = Callable[[ActorRow, ProcessDump, int, int], None]
 
 # multiprocessing's helpers (one per spawning process under vLLM and SGLang): never where a job waits
-_PLUMBING = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+_PLUMBING = headstart.PLUMBING
 
+NODE_FAILURES = ("timeout", "node_silent", "probe")  # the node did not answer, not the process
+PER_NODE = 8  # py-spy runs at once on one other node (its agent or probe runs them side by side)
 PROFILING_OFF_NOTE = "dashboard profiling is off (RAY_DASHBOARD_ENABLE_PROFILING); using a probe actor per node"
 
 
@@ -50,7 +52,8 @@ class StackCapture:
         self.pyspy = pyspy.find_pyspy()
         n = opts.concurrency or max(32, 8 * (os.cpu_count() or 2))  # a node's processes at once: none waits a turn
         self._sem = asyncio.Semaphore(n)
-        self._remote_sem = asyncio.Semaphore(16)
+        self._node_sems: dict[str, asyncio.Semaphore] = {}  # py-spy runs at once on one other node
+        self.silent: dict[str, Problem] = {}  # other nodes given up on: not asked again in this dump
         self.dashboard_profiling: bool | None = None  # learnt from the first remote call
         self.probe = None
         self.probe_address = probe_address
@@ -103,13 +106,28 @@ class StackCapture:
         return await self._remote(a)
 
     async def _remote(self, a: ActorRow) -> ProcessDump:
+        """Another node's process, at most ``PER_NODE`` at once there (all nodes at once); once one of a node's
+        requests timed out, its other ranks are not asked: a dead node costs one timeout, not one a rank."""
+        node = a.node_id or ""
+        sem = self._node_sems.setdefault(node, asyncio.Semaphore(PER_NODE))
+        async with sem:
+            if node in self.silent:
+                return ProcessDump(a.pid or -1, error=self.silent[node], taken_at=time.time())
+            d = await self._remote_once(a)
+        if d.error is not None and d.error.kind == "timeout" and node not in self.silent:
+            self.silent[node] = Problem("node_silent", f"node {a.node_ip or node[:8]} did not answer within "
+                                        f"{self.opts.per_process_timeout + 5:g} s; not asked again in this dump",
+                                        d.error.remedy)
+        return d
+
+    async def _remote_once(self, a: ActorRow) -> ProcessDump:
         assert a.pid is not None
         use_dashboard = (self.opts.via in ("auto", "dashboard") and not self.opts.nonblocking
                          and self.client is not None and self.dashboard_profiling is not False)
         if use_dashboard and a.node_id:
-            async with self._remote_sem:
-                r = await fetch_traceback(self.client, a.pid, a.node_id, self.opts.native,  # type: ignore[arg-type]
-                                          timeout_s=self.opts.per_process_timeout + 5)
+            # the node's own cap is held by the caller (_remote)
+            r = await fetch_traceback(self.client, a.pid, a.node_id, self.opts.native,  # type: ignore[arg-type]
+                                      timeout_s=self.opts.per_process_timeout + 5)
             if r.ok:
                 self.dashboard_profiling = True
                 threads, perr = pyspy.parse_text(r.value or "")
@@ -130,6 +148,8 @@ class StackCapture:
             return ProcessDump(a.pid, error=Problem("profiling_off", "dashboard profiling is off on this cluster (403)",
                                                     "start Ray with RAY_DASHBOARD_ENABLE_PROFILING=1, or use --via probe"),
                                taken_at=time.time())
+        elif self.opts.via == "auto" and self.dashboard_profiling is False:  # known before the first call
+            self._note(PROFILING_OFF_NOTE)
         return await self._probe_dump(a)
 
     async def _probe_dump(self, a: ActorRow) -> ProcessDump:
@@ -148,7 +168,10 @@ class StackCapture:
         local = [a for a in live if self.is_local(a)]
         out: list[ChildProc] = []
         if local:
-            found = await asyncio.to_thread(local_descendants, [a.pid for a in local if a.pid])
+            pids = [a.pid for a in local if a.pid]
+            found = headstart.descendants(pids)  # the early scan of /proc, when `dump` made one just now
+            if found is None:
+                found = await asyncio.to_thread(local_descendants, pids)
             for a in local:
                 out += [ChildProc(a.actor_id, p, pp, t) for p, pp, t in found.get(a.pid or -1, [])]
         remote = [a for a in live if a not in local]
@@ -159,12 +182,15 @@ class StackCapture:
                 out += [ChildProc(a.actor_id, c.pid, c.ppid, c.title) for c in known]
             elif a.node_id and (self.opts.via == "probe" or self.dashboard_profiling is False):
                 by_node.setdefault(a.node_id, []).append(a)
-        for node_id, rs in by_node.items():
-            if self.probe is None:
-                from verltop.sources.probe import ProbePool  # imports ray: only here, only when asked
+        if by_node and self.probe is None:
+            from verltop.sources.probe import ProbePool  # imports ray: only here, only when asked
 
-                self.probe = ProbePool(self.opts, self.probe_address)
-            got = await self.probe.descendants(node_id, [a.pid for a in rs if a.pid], MAX_PER_ACTOR)
+            self.probe = ProbePool(self.opts, self.probe_address)
+        probe = self.probe
+        # every node's probe at once: each one's start (a worker process there) takes about a second
+        answers = await asyncio.gather(*(probe.descendants(node_id, [a.pid for a in rs if a.pid], MAX_PER_ACTOR)
+                                         for node_id, rs in by_node.items()))
+        for (node_id, rs), got in zip(by_node.items(), answers, strict=True):
             if isinstance(got, Problem):
                 self._note(f"child processes on node {node_id[:8]} unknown: {got.message}")
                 continue
@@ -203,10 +229,31 @@ class StackCapture:
                         on_progress(a, d, done, total)
                 if i + 1 < self.opts.samples:
                     await asyncio.sleep(max(0.0, self.opts.interval_s - (time.monotonic() - t0)))
+            self._missing_notes(live, out)
         finally:
             if self.probe is not None:
                 await self.probe.close()
         return out
+
+
+    def _missing_notes(self, live: list[ActorRow | Target], out: dict[str, list[ProcessDump]]) -> None:
+        """A partial dump says what is missing: each node whose ranks got no stack because the node itself did
+        not answer (timed out, or its probe could not start), with how many."""
+        by_node: dict[str, list[Problem]] = {}
+        ips: dict[str, str | None] = {}
+        for t in live:
+            row = t.row if isinstance(t, Target) else t
+            got = out.get(t.key if isinstance(t, Target) else t.actor_id) or []
+            if row.node_id in self.local_node_ids or not got or got[-1].error is None:
+                continue
+            if got[-1].error.kind in NODE_FAILURES and row.node_id:
+                by_node.setdefault(row.node_id, []).append(got[-1].error)
+                ips[row.node_id] = row.node_ip
+        for node, errs in sorted(by_node.items(), key=lambda kv: ips[kv[0]] or kv[0]):
+            first = errs[0]
+            why = (f"no answer within {self.opts.per_process_timeout + 5:g} s" if first.kind != "probe"
+                   else first.message)
+            self._note(f"node {ips[node] or node[:8]}: no stack from {len(errs)} process(es) there ({why})")
 
 
 def _remote_problem(p: Problem) -> Problem:

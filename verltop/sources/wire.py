@@ -187,3 +187,7 @@ class Prefetch:
 
     def take(self, path: str, params: Params) -> Future | None:
         return self._futures.pop((path, tuple(params or ())), None)
+
+    def peek(self, path: str, params: Params) -> Future | None:
+        """That read's outcome, left for ``take`` (``headstart`` looks at the actors before the engine)."""
+        return self._futures.get((path, tuple(params or ())))

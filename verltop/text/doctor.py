@@ -12,6 +12,15 @@ STAGES = {"nodes": "listing nodes", "connect": "joining the Ray cluster (first t
           "path": "checking the shared directory"}
 
 
+def profiling_note(enabled: bool | None) -> str | None:
+    """The dashboard's profiling, when it is off: what verltop does instead, and the fix."""
+    if enabled is not False:
+        return None
+    return ("the dashboard's profiling is off (Ray ≥ 2.56 by default): verltop dumps ranks on other nodes "
+            "through its probe actors (ray in verltop's Python); to let the dashboard do it, start the head "
+            "with RAY_DASHBOARD_ENABLE_PROFILING=1")
+
+
 def stage_text(stage: str, done: int, total: int) -> str | None:
     """What a doctor run is doing, for a progress line (``None`` for a stage that says nothing)."""
     if stage == "probe":
