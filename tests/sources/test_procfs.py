@@ -121,15 +121,14 @@ def test_local_sampler_tree_only_below_ray_workers(server):
 
 
 def test_reader_runs_where_verltop_is_not_installed(tmp_path):
-    """The probe ships ProcReader by value; it must run in a process that cannot import verltop."""
+    """The probe ships ProcReader by value (with every verltop module it uses, as the probe does); it must run in a
+    process that cannot import verltop."""
     cloudpickle = pytest.importorskip("ray.cloudpickle")
     import verltop.sources.procfs as procfs
+    from verltop.sources.probe_actor import ship_by_value
 
-    cloudpickle.register_pickle_by_value(procfs)
-    try:
-        blob = cloudpickle.dumps(procfs.ProcReader)
-    finally:
-        cloudpickle.unregister_pickle_by_value(procfs)
+    ship_by_value(procfs)
+    blob = cloudpickle.dumps(procfs.ProcReader)
     (tmp_path / "reader.pkl").write_bytes(blob)
     code = (
         "import sys, pickle\n"
