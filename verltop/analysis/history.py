@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
+from verltop.analysis.peer_failures import collective_error
+
 MAX_SAMPLES = 64  # durations kept per (group, method)
 MAX_KEYS = 512  # (group, method) pairs kept
 MAX_PEER_RUNS = 256  # finished runs kept per (group, method) for the peer rule
@@ -31,6 +33,7 @@ class FinishedRun:
     actor_id: str | None
     start_s: float
     end_s: float
+    error: str | None = None  # a failed call's error (``failures`` only)
 
 
 @dataclass(slots=True)
@@ -41,6 +44,9 @@ class TaskHistory:
     methods_by_actor: dict[str, OrderedDict[str, None]] = field(default_factory=dict)
     last_method: dict[str, str] = field(default_factory=dict)
     last_finish_s: float | None = None
+    # calls that failed in a collective (a timeout, an abort), per (group, method): peers that gave up waiting
+    failures: OrderedDict[tuple[str, str], deque[FinishedRun]] = field(default_factory=OrderedDict)
+    failed_ids: OrderedDict[str, None] = field(default_factory=OrderedDict)
 
     def observe(
         self,
@@ -91,6 +97,27 @@ class TaskHistory:
             self.runs.popitem(last=False)
         if self.last_finish_s is None or now > self.last_finish_s:
             self.last_finish_s = now
+
+    def note_failed(self, failed: list[tuple[str, str | None, str, str, float, float, str]]) -> list[str]:
+        """Record failed calls ``(task_id, actor_id, group, method, start_s, end_s, error)`` whose error is a
+        collective's; the task ids not seen before."""
+        new = []
+        for task_id, actor_id, group, method, start_s, end_s, error in sorted(failed, key=lambda f: f[5]):
+            if task_id in self.failed_ids or not collective_error(error):
+                continue
+            self.failed_ids[task_id] = None
+            while len(self.failed_ids) > MAX_PEER_RUNS * 4:
+                self.failed_ids.popitem(last=False)
+            key = (group, method)
+            d = self.failures.get(key)
+            if d is None:
+                d = self.failures[key] = deque(maxlen=MAX_PEER_RUNS)
+            d.append(FinishedRun(actor_id, start_s, end_s, error))
+            self.failures.move_to_end(key)
+            while len(self.failures) > MAX_KEYS:
+                self.failures.popitem(last=False)
+            new.append(task_id)
+        return new
 
     def note_gpu(self, task_id: str, util_percent: float | None) -> None:
         r = self.running.get(task_id)

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from verltop.analysis import roles as R
-from verltop.analysis.snapshot_build import group_key
+from verltop.analysis.snapshot_build import failed_task_rows, group_key
 from verltop.engine.polling import PollState
 from verltop.model import RawActor
 from verltop.sources import dashboard as D
@@ -67,7 +67,26 @@ class HistoryPolls(PollState):
             if i + 1 < tries:
                 await asyncio.sleep(pause_s)
 
+    async def read_failures(self, name: str | None = None) -> list[str]:
+        """FAILED calls (of task ``name``) into the history: peers whose collective timed out waiting for a
+        straggler. The task ids of those not seen before."""
+        r = await D.fetch_failed_tasks(self.client, timeout_s=self.iv.timeout_s, name=name)
+        if not r.ok or not r.value:
+            return []
+        await self._hist_ready()
+        new = self.hist.note_failed(failed_task_rows(r.value, self._actor_map()))
+        if new:
+            self._dirty.set()
+        return new
+
     async def _seed_history(self) -> None:
+        failures = asyncio.create_task(self.read_failures())
+        try:
+            await self._seed_finished()
+        finally:
+            await failures
+
+    async def _seed_finished(self) -> None:
         r = await D.fetch_finished_runs(self.client, limit=2000, timeout_s=15.0)
         if not r.ok or not r.value or not r.value[0]:
             return

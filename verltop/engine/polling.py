@@ -121,6 +121,7 @@ class PollState(Engine):
         self._task_objs: dict[str, RawTask] = {}
         self._task_detail_at: float | None = None
         self._last_task_poll: float | None = None
+        self._failure_reads: dict[str, float] = {}  # method → when its FAILED calls were last read
         self._focus: dict[str, None] = {}  # node ids on screen, top first
         self._internal: dict[str, Problem] = {}  # helper polls that failed with a bug, until they succeed
         self._hist_free = asyncio.Event()
@@ -176,3 +177,4 @@ class PollState(Engine):
         def ras_addresses(self, actors: tuple[ActorRow, ...] | list[ActorRow], gpu_host: bool = False
                           ) -> list[tuple[str, int]]: ...
         async def _guarded(self, fn: Callable, st: SourceState | None) -> None: ...
+        async def read_failures(self, name: str | None = None) -> list[str]: ...
