@@ -64,3 +64,22 @@ def test_the_controller_gave_the_batch_up_and_the_peer_waits_again():
     samples = {"a0": [in_collective("all_reduce")] * 2, "a1": [reward_fn()] * 2, "ctl": [controller_in_get()] * 2}
     rep = analyse(job("WorkerDict.actor_rollout_act"), samples, 100.0, failed=[failed("a0", 70.0)])
     assert [(s.actor_id, s.why[0].kind) for s in rep.suspects] == [("a1", "peers_failed")]
+
+
+def test_a_rank_named_with_strong_evidence_stays_named_while_it_does_not_change():
+    """After its peers' calls failed, the earlier not-in-the-collective evidence sticks: ``still``."""
+    from verltop.analysis.sticky import carry
+
+    samples = {"a0": [in_collective("all_reduce")] * 2, "a1": [reward_fn()] * 2, "ctl": [controller_in_get()] * 2}
+    first = analyse(job("WorkerDict.actor_rollout_act"), samples, 50.0)
+    assert [(s.actor_id, s.why[0].kind) for s in first.suspects] == [("a1", "not_in")]
+    # later: rank 0 died (its process was torn down); the rules now name rank 0's death...
+    dead0 = replace(row("a0", rank=0, task=None, state="DEAD", death="killed by the watchdog"), task_start_s=None)
+    later_rows = [dead0, *job()[1:]]
+    later = analyse(later_rows, {**samples, "a0": []}, 200.0)
+    named = carry(first, later)
+    (s1,) = [s for s in named.suspects if s.actor_id == "a1"]
+    assert suspect_reason(s1).startswith("still: not in all_reduce with rank 0 of wg"), suspect_reason(s1)
+    # ... and a rank whose stack moved is not carried
+    moved = {**samples, "a0": [], "a1": [stack(("other", "/app/reward.py", 5), *RAY_TAIL)] * 2}
+    assert not [s for s in carry(first, analyse(later_rows, moved, 200.0)).suspects if s.actor_id == "a1"]

@@ -46,7 +46,7 @@ class TaskHistory:
     last_finish_s: float | None = None
     # calls that failed in a collective (a timeout, an abort), per (group, method): peers that gave up waiting
     failures: OrderedDict[tuple[str, str], deque[FinishedRun]] = field(default_factory=OrderedDict)
-    failed_ids: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    failed_ids: OrderedDict[str, tuple[str, str, FinishedRun]] = field(default_factory=OrderedDict)  # (group, method, run)
 
     def observe(
         self,
@@ -105,14 +105,15 @@ class TaskHistory:
         for task_id, actor_id, group, method, start_s, end_s, error in sorted(failed, key=lambda f: f[5]):
             if task_id in self.failed_ids or not collective_error(error):
                 continue
-            self.failed_ids[task_id] = None
+            run = FinishedRun(actor_id, start_s, end_s, error)
+            self.failed_ids[task_id] = (group, method, run)
             while len(self.failed_ids) > MAX_PEER_RUNS * 4:
                 self.failed_ids.popitem(last=False)
             key = (group, method)
             d = self.failures.get(key)
             if d is None:
                 d = self.failures[key] = deque(maxlen=MAX_PEER_RUNS)
-            d.append(FinishedRun(actor_id, start_s, end_s, error))
+            d.append(run)
             self.failures.move_to_end(key)
             while len(self.failures) > MAX_KEYS:
                 self.failures.popitem(last=False)

@@ -15,7 +15,17 @@ from verltop.engine.base import Engine
 from verltop.engine.pending import PendingWatch
 from verltop.engine.timeline import Timeline, TrendStore, Work
 from verltop.engine.trees import RemoteTrees
-from verltop.model import ActorRow, Node, Problem, RasReport, RawActor, RawTask, Snapshot, SourceStatus
+from verltop.model import (
+    ActorRow,
+    DumpReport,
+    Node,
+    Problem,
+    RasReport,
+    RawActor,
+    RawTask,
+    Snapshot,
+    SourceStatus,
+)
 from verltop.sources import dashboard as D
 from verltop.sources.config import Endpoint
 from verltop.sources.http import DashboardClient
@@ -138,6 +148,7 @@ class PollState(Engine):
         self.trends = TrendStore()
         self.work = Work()
         self.waiting: list[RawTask] = []  # tasks submitted and not running (per-group counts)
+        self.last_dump: DumpReport | None = None  # the latest dump of the whole job (its suspects may stick)
 
     def _record(self, st: SourceState, r: D.Result) -> bool:
         st.tries += 1

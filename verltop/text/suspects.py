@@ -54,6 +54,8 @@ def _after(fates: tuple[Fate, ...]) -> str:
 def why_text(w: SuspectWhy) -> str:
     """One reason, as a sentence."""
     text = _text(w)
+    if w.still:
+        text = f"still: {text}"
     if w.controller_waits:
         text += f" (the controller waits on it in ray.get at {w.controller_at})"
     return text
