@@ -120,3 +120,16 @@ def test_peers_that_failed_in_a_collective_keep_the_straggler_stalled():
     assert stall_reason(st) == f"1 peer failed in m 30s ago waiting for it ({err})"
     # a failure before this call began is not about it
     assert stalls_for(view(start_s=980.0, running_s=20.0), h, 1000.0, StallSettings()) == ()
+
+
+def test_runs_read_after_they_ended_feed_the_medians_once():
+    """A call shorter than a poll is never seen running: the finished runs read later (the timeline's reads)
+    feed the medians, so a long-running view knows what a fresh start knows; a run seen ending counts once."""
+    h = TaskHistory()
+    h.observe([("t0", "a0", "g", "m", 100.0)], 100.0)
+    h.observe([], 105.0)  # t0 seen ending: 5 s
+    rows = [("t0", "a0", "g", "m", 100.0, 104.0)] + [(f"s{i}", "a0", "g", "m", 200.0 + i, 200.2 + i) for i in range(3)]
+    assert h.add_finished(rows) == 3 and h.add_finished(rows) == 0
+    assert sorted(h.durations[("g", "m")]) == [0.2, 0.2, 0.2, 5.0] or len(h.durations[("g", "m")]) == 4
+    st = stalls_for(view(running_s=60, start_s=940), h, 1000.0, StallSettings())
+    assert [s.rule for s in st] == ["median"]

@@ -121,8 +121,10 @@ def build(ranks: list[RankDump], acts: dict[str, Activity], tasks: Iterable[RawT
 
 
 def in_own_code(r: RankDump, a: Activity) -> bool:
-    """Its task thread runs code of its own (not a wait): it waits on nothing it submitted."""
-    return a.kind == "busy" and r.main is not None and a.thread in (None, r.main.name)
+    """An actor whose task thread runs code of its own (not a wait): it waits on nothing it submitted. (A
+    driver has no task thread: its ``ray.get`` may be on any thread, so its edges stay.)"""
+    return (a.kind == "busy" and r.main is not None and a.thread in (None, r.main.name) and r.process is None
+            and not r.is_driver)
 
 
 def _process_edges(g: Graph) -> None:

@@ -44,6 +44,9 @@ class TaskHistory:
     methods_by_actor: dict[str, OrderedDict[str, None]] = field(default_factory=dict)
     last_method: dict[str, str] = field(default_factory=dict)
     last_finish_s: float | None = None
+    # task ids whose duration is in ``durations``: a finished run read later (the timeline's reads) is added
+    # once, so calls shorter than a poll, which no poll sees running, keep feeding the medians
+    known: OrderedDict[str, None] = field(default_factory=OrderedDict)
     # calls that failed in a collective (a timeout, an abort), per (group, method): peers that gave up waiting
     failures: OrderedDict[tuple[str, str], deque[FinishedRun]] = field(default_factory=OrderedDict)
     failed_ids: OrderedDict[str, tuple[str, str, FinishedRun]] = field(default_factory=OrderedDict)  # (group, method, run)
@@ -69,6 +72,7 @@ class TaskHistory:
             return
         for task_id in [t for t in self.running if t not in seen]:
             r = self.running.pop(task_id)
+            self._know(task_id)
             self._finish(r, now)
 
     def remember_method(self, actor_id: str, method: str) -> None:
@@ -132,6 +136,23 @@ class TaskHistory:
         for aid in [a for a in self.methods_by_actor if a not in alive]:
             self.methods_by_actor.pop(aid, None)
             self.last_method.pop(aid, None)
+
+    def _know(self, task_id: str) -> None:
+        self.known[task_id] = None
+        while len(self.known) > MAX_KEYS * MAX_SAMPLES:
+            self.known.popitem(last=False)
+
+    def add_finished(self, finished: list[tuple[str, str | None, str, str, float, float]]) -> int:
+        """Finished runs read after they ended ``(task_id, actor_id, group, method, start_s, end_s)``: those not
+        recorded yet (never seen running, or not yet seen ending) join the durations. How many did."""
+        n = 0
+        for task_id, actor_id, group, method, start_s, end_s in sorted(finished, key=lambda f: f[5]):
+            if task_id in self.known or task_id in self.running:
+                continue
+            self._know(task_id)
+            self._finish(Running(actor_id, group, method, start_s), end_s)
+            n += 1
+        return n
 
     def seed(self, finished: list[tuple[str | None, str, str, float, float]]) -> None:
         """Seed from finished tasks ``(actor_id, group, method, start_s, end_s)`` read once at start."""

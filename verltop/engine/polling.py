@@ -8,8 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from verltop.analysis import roles as R
 from verltop.analysis.history import TaskHistory
-from verltop.analysis.snapshot_build import ClusterData
+from verltop.analysis.snapshot_build import ClusterData, group_key
 from verltop.analysis.stalls import StallSettings
 from verltop.engine.base import Engine
 from verltop.engine.pending import PendingWatch
@@ -145,6 +146,7 @@ class PollState(Engine):
         self.ras: RasReport | None = None
         self.ras_problems: list[Problem] = []
         self.timeline = Timeline(self.client, self.iv.timeout_s, enabled=timeline)
+        self.timeline.on_finished = self._feed_medians
         self.trends = TrendStore()
         self.work = Work()
         self.waiting: list[RawTask] = []  # tasks submitted and not running (per-group counts)
@@ -167,6 +169,17 @@ class PollState(Engine):
             # a dashboard that is down is retried at a calm pace, not hammered
             st.backoff_s = min(10.0, max(2.0, st.backoff_s * 2 or 2.0))
         return False
+
+    def _feed_medians(self, tasks: list[RawTask]) -> None:
+        """Finished runs the timeline read: the ones no poll saw end join the stall medians (called between
+        the history's users: the timeline's round holds the history's gate)."""
+        actors = self._actor_map()
+        rows = [(t.task_id, t.actor_id, group_key(R.identity(a), a.class_name), R.method_of(t.func_name) or t.name,
+                 t.start_time_ms / 1000, t.end_time_ms / 1000) for t in tasks
+                if t.start_time_ms and t.end_time_ms and (a := actors.get(t.actor_id or "")) is not None
+                and (R.method_of(t.func_name) or t.name) != "__init__"]
+        if rows and self.hist.add_finished(rows):
+            self._dirty.set()
 
     def _actor_map(self) -> dict[str, RawActor]:
         return {a.actor_id: a for a in (self.src.actors.value or [])}
