@@ -95,3 +95,43 @@ def test_a_moving_end_is_no_suspect_and_idle_jobs_have_no_chain():
     (c,) = rep.chains
     assert "moves (slow, not hung)" in end_text(c.ends_in) and rep.suspects == ()
     assert analyse([ctl, al], {CTL: [idle_async()], AL: [idle_async()]}, 0.0).chains == ()
+
+
+def test_a_controller_in_its_own_code_ends_its_chain_and_is_the_suspect():
+    """The controller submitted update_actor (its refs are pending) and then went into the user's reward
+    function: it WILL wait on the ranks, it does not NOW; its chain ends in it."""
+    ctl, _al, _srv, drv = rows()
+    w0 = replace(row("d4" * 12 + JOB, "wg", 0, task="WorkerDict.actor_rollout_update_actor", pid=40), job_id=JOB)
+    run = task("0" * 16, "TaskRunner.run", CTL, driver_task_id(JOB), 10)
+    upd = task("1" * 16, "WorkerDict.actor_rollout_update_actor", w0.actor_id, run.task_id, 40)
+    ref = RawObjectRef(upd.task_id + "01000000", 10, "10.0.0.1")
+    reward = stack(("my_reward_fn", "/app/reward.py", 88), ("TaskRunner.run", "/app/job.py", 92), *RAY_TAIL)
+    computing = [stack(("forward", "/app/model.py", n), ("WorkerDict.actor_rollout_update_actor", "/app/w.py", 9),
+                       *RAY_TAIL) for n in (1, 2)]
+    rep = analyse([ctl, w0, drv], {CTL: [reward, reward], w0.actor_id: computing,
+                                   drv.actor_id: [controller_in_get()] * 2}, 0.0, tasks=[run, upd], refs=[ref])
+    (c,) = rep.chains
+    assert [h.pid for h in c.path] == [5, 10], c
+    assert end_text(c.ends_in).startswith("in its own code at reward.py:88 my_reward_fn; its stack did not move")
+    assert [s.pid for s in rep.suspects] == [10]
+
+
+def test_an_engine_core_reading_its_workers_through_a_comprehension_waits_on_the_one_outside():
+    _ctl, _al, srv, _ = rows()
+    def tp(k: int) -> ChildProc:
+        return ChildProc(SRV, 31 + k, 50, f"VLLM::Worker_TP{k}")
+
+    core = ChildProc(SRV, 50, 30, "VLLM::EngineCore_DP0")
+    reads = stack(("MultiprocExecutor.get_response.<locals>.<listcomp>", "/x/vllm/v1/executor/multiproc_executor.py",
+                   312), ("MultiprocExecutor.get_response", "/x/vllm/v1/executor/multiproc_executor.py", 312),
+                  ("MultiprocExecutor.collective_rpc", "/x/vllm/v1/executor/multiproc_executor.py", 290),
+                  ("EngineCore.collective_rpc", "/x/vllm/v1/engine/core.py", 480))
+    in_ar = stack(("all_reduce", "/x/torch/distributed/distributed_c10d.py", 2800),
+                  ("WorkerProc.update_weights", "/x/vllm/v1/executor/multiproc_executor.py", 44),
+                  ("WorkerProc.worker_busy_loop", "/x/vllm/v1/executor/multiproc_executor.py", 34))
+    stuck = engine()
+    rep = analyse([srv], {SRV: [idle_async()] * 2, f"{SRV}:50": [reads, reads], f"{SRV}:31": [in_ar, in_ar],
+                          f"{SRV}:32": [stuck, stuck]}, 0.0, children=[core, tp(0), tp(1)])
+    ends = {c.ends_in.process for c in rep.chains}
+    assert ends == {"VLLM::Worker_TP1"}, [end_text(c.ends_in) for c in rep.chains]
+    assert [(s.pid, s.why[0].kind) for s in rep.suspects] == [(32, "tp")]

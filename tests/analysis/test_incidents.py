@@ -107,7 +107,7 @@ def test_the_summary_names_the_straggler_and_the_collective_its_peers_wait_in():
     assert d.suspects[0].rank == 2
     text = incident_summary(d, "03:12:40 UTC", "03:12:58 UTC")
     assert text.startswith("Stall in phase update_actor of worker group wg, began 03:12:40 UTC (detected 03:12:58 UTC).")
-    assert "Suspect: rank 2 of wg: " in text and "_stuck_rollout" in text
+    assert "Suspect: rank 2 of wg (pid 100): " in text and "_stuck_rollout" in text
     assert "Ranks wg:0-1,3 wait in all_reduce (all_reduce #5) at " in text
     assert "3 of 4 actors of wg stalled" in text and "NCCL watchdog on wg:0: all_reduce #5 timed out" in text
     assert "\n" not in text

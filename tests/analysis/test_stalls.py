@@ -105,3 +105,31 @@ def test_sub_second_median_reads_as_a_ratio_not_infinity():
     assert st0.ratio is None and stall_tag(st0) == "far over median"
     assert stall_reason(st0) == "running far longer than usual (21s; it usually takes under 0.1s)"
     assert stall_json(st)["ratio"] == 105.0 and stall_json(st0)["ratio"] is None
+
+
+def test_peers_that_failed_in_a_collective_keep_the_straggler_stalled():
+    """Its peers' calls failed (a gloo timeout waiting for it): at once, whatever the window, and said so."""
+    h = TaskHistory()
+    err = "RuntimeError: [gloo] Timed out waiting 3000ms for recv operation to complete"
+    assert h.note_failed([("f1", "a1", "g", "m", 900.0, 970.0, err), ("f2", "a2", "g", "m", 900.0, 960.0,
+                                                                        "ValueError: unrelated")]) == ["f1"]
+    assert h.note_failed([("f1", "a1", "g", "m", 900.0, 970.0, err)]) == []  # seen already
+    (st,) = stalls_for(view(start_s=900.0, running_s=100.0), h, 1000.0, StallSettings())
+    assert (st.rule, st.state, st.peers) == ("peers", "failed", 1)
+    assert stall_tag(st) == "peers failed 30s ago"
+    assert stall_reason(st) == f"1 peer failed in m 30s ago waiting for it ({err})"
+    # a failure before this call began is not about it
+    assert stalls_for(view(start_s=980.0, running_s=20.0), h, 1000.0, StallSettings()) == ()
+
+
+def test_runs_read_after_they_ended_feed_the_medians_once():
+    """A call shorter than a poll is never seen running: the finished runs read later (the timeline's reads)
+    feed the medians, so a long-running view knows what a fresh start knows; a run seen ending counts once."""
+    h = TaskHistory()
+    h.observe([("t0", "a0", "g", "m", 100.0)], 100.0)
+    h.observe([], 105.0)  # t0 seen ending: 5 s
+    rows = [("t0", "a0", "g", "m", 100.0, 104.0)] + [(f"s{i}", "a0", "g", "m", 200.0 + i, 200.2 + i) for i in range(3)]
+    assert h.add_finished(rows) == 3 and h.add_finished(rows) == 0
+    assert sorted(h.durations[("g", "m")]) == [0.2, 0.2, 0.2, 5.0] or len(h.durations[("g", "m")]) == 4
+    st = stalls_for(view(running_s=60, start_s=940), h, 1000.0, StallSettings())
+    assert [s.rule for s in st] == ["median"]

@@ -114,3 +114,25 @@ def test_process_activity_prefers_the_thread_that_says_something():
 def test_titles(title, kind, tags):
     t = parse_title(title)
     assert (t.kind, t.tags) == (kind, tags)
+
+
+# the engine core reads its workers' answers through a comprehension over a C-level read: the comprehension is
+# the innermost Python frame, and it belongs to the wait (collective_rpc), not to code of its own
+ENGINE_READS = th(("MultiprocExecutor.get_response.<locals>.<listcomp>",
+                   SP + "vllm/v1/executor/multiproc_executor.py", 312),
+                  ("MultiprocExecutor.get_response", SP + "vllm/v1/executor/multiproc_executor.py", 312),
+                  ("MultiprocExecutor.collective_rpc", SP + "vllm/v1/executor/multiproc_executor.py", 290),
+                  ("EngineCore.collective_rpc", SP + "vllm/v1/engine/core.py", 480),
+                  ("EngineCoreProc.run_busy_loop", SP + "vllm/v1/engine/core.py", 820))
+ENGINE_LAMBDA = th(("<genexpr>", "/app/engine.py", 40), ("<lambda>", "/app/engine.py", 40),
+                   ("collective_rpc", "/app/engine.py", 41), ("run_busy_loop", "/app/engine.py", 60))
+OWN_GENEXPR = th(("<genexpr>", "/app/reward.py", 88), ("_verify", "/app/reward.py", 90),
+                 ("my_reward_fn", "/app/reward.py", 99))
+
+
+def test_comprehensions_and_lambdas_inside_a_wait_belong_to_it():
+    a = thread_activity(ENGINE_READS)
+    assert (a.kind, a.what) == ("children", "get_response"), a
+    assert (thread_activity(ENGINE_LAMBDA).kind, thread_activity(ENGINE_LAMBDA).what) == ("children", "collective_rpc")
+    # a generator in the user's own code is code of its own
+    assert thread_activity(OWN_GENEXPR).kind == "busy"

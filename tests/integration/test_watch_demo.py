@@ -79,7 +79,7 @@ def check_incident(w: Watch, inc: Path, since: float, group_hint: str | None = N
           f"{written - doc['detected_at']:.1f} s later; {summary}")
     assert stalled_after < STALL_WITHIN_S and written - doc["detected_at"] < WRITTEN_WITHIN_S
     group = doc["groups"][0]
-    assert f"Suspect: rank 2 of {group}: " in summary and "_stuck_rollout" in summary, summary
+    assert f"Suspect: rank 2 of {group} (pid " in summary and "_stuck_rollout" in summary, summary
     assert f"Ranks {group}:0-1,3 wait in all_reduce" in summary, summary
     assert doc["phase"] is not None and [(s["worker_group"], s["rank"]) for s in doc["suspects"]] == [(group, 2)]
     assert doc["started_at"] <= since + 2 and doc["recording"] == "recording.vtr"

@@ -97,19 +97,34 @@ def build(ranks: list[RankDump], acts: dict[str, Activity], tasks: Iterable[RawT
             return g.own.get(parent[len(CREATION):])
         return None
 
+    # who submitted a task (or holds a reference to its result) WILL wait on it; whose task thread is in its
+    # own code does not wait NOW: its chain ends in it
+    busy = {k for k, r in g.ranks.items() if in_own_code(r, g.act(k))}
+
+    def add(src: str | None, dst: str | None, label: str) -> None:
+        if src not in busy:
+            g.add(src, dst, label)
+
     for t in running.values():
         dst = proc_of(t)
         if dst is None or t.state != "RUNNING":
             continue
         g.task_of.setdefault(dst, t.name)
-        g.add(submitter(t.parent_task_id), dst, t.name)
+        add(submitter(t.parent_task_id), dst, t.name)
     for ref in refs:
         t = running.get(ref.task_id)
         if t is not None and t.state == "RUNNING":
-            g.add(g.process(ref.owner_pid, ref.owner_ip), proc_of(t), t.name)
+            add(g.process(ref.owner_pid, ref.owner_ip), proc_of(t), t.name)
     _process_edges(g)
     _collective_edges(g)
     return _walk(g)
+
+
+def in_own_code(r: RankDump, a: Activity) -> bool:
+    """An actor whose task thread runs code of its own (not a wait): it waits on nothing it submitted. (A
+    driver has no task thread: its ``ray.get`` may be on any thread, so its edges stay.)"""
+    return (a.kind == "busy" and r.main is not None and a.thread in (None, r.main.name) and r.process is None
+            and not r.is_driver)
 
 
 def _process_edges(g: Graph) -> None:

@@ -8,6 +8,7 @@ from verltop.analysis import chains as wait_chains
 from verltop.analysis import ras as RAS
 from verltop.analysis.collectives import blocked_on, collective_pending, stack_key, task_thread
 from verltop.analysis.merge import equivalence_classes
+from verltop.analysis.peer_failures import peer_failures
 from verltop.analysis.pending_waits import pending_chains, pending_suspects_of
 from verltop.analysis.process_suspects import chain_suspects, merge_suspects, tp_suspects
 from verltop.analysis.suspects import find_suspects
@@ -99,9 +100,11 @@ def analyse(
     refs: list[RawObjectRef] | tuple[RawObjectRef, ...] = (),
     ras: RasReport | None = None,
     pending: tuple[PendingItem, ...] = (),
+    failed: list[RawTask] | tuple[RawTask, ...] = (),
 ) -> DumpReport:
     """The report: every actor (a driver is a row with role ``driver``), every child process (samples keyed
     by ``child_key``), wait chains from the running ``tasks`` and pending ``refs``, and the suspects.
+    ``failed``: FAILED tasks (a peer whose collective timed out waiting for a straggler names it).
     ``pending``: the snapshot's unplaced placement groups (a wait on workers that do not exist ends there).
     ``ras``: NCCL RAS's view of the communicators at dump time (its lagging and missing ranks become suspects
     too; the caller adds its findings to ``notes`` in words: ``verltop.text.ras.ras_notes``)."""
@@ -122,7 +125,7 @@ def analyse(
     chains = wait_chains.build(every, acts, tasks, refs, drivers)
     if pending:  # a controller (or driver) in ray.get with no worker to wait on: its chain ends in the PG
         chains = pending_chains(chains, every, acts, pending)
-    suspects = merge_suspects(find_suspects(every), tp_suspects(kids, acts), chain_suspects(chains, every, acts),
+    suspects = merge_suspects(find_suspects(every, peer_failures(failed), taken_at), tp_suspects(kids, acts), chain_suspects(chains, every, acts),
                               pending_suspects_of(every, acts, pending))
     n_samples = max((len(v) for v in samples.values()), default=0)
     found = RAS.findings(ras) if ras is not None else []

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
+from verltop.analysis.peer_failures import collective_error
+
 MAX_SAMPLES = 64  # durations kept per (group, method)
 MAX_KEYS = 512  # (group, method) pairs kept
 MAX_PEER_RUNS = 256  # finished runs kept per (group, method) for the peer rule
@@ -31,6 +33,7 @@ class FinishedRun:
     actor_id: str | None
     start_s: float
     end_s: float
+    error: str | None = None  # a failed call's error (``failures`` only)
 
 
 @dataclass(slots=True)
@@ -41,6 +44,12 @@ class TaskHistory:
     methods_by_actor: dict[str, OrderedDict[str, None]] = field(default_factory=dict)
     last_method: dict[str, str] = field(default_factory=dict)
     last_finish_s: float | None = None
+    # task ids whose duration is in ``durations``: a finished run read later (the timeline's reads) is added
+    # once, so calls shorter than a poll, which no poll sees running, keep feeding the medians
+    known: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    # calls that failed in a collective (a timeout, an abort), per (group, method): peers that gave up waiting
+    failures: OrderedDict[tuple[str, str], deque[FinishedRun]] = field(default_factory=OrderedDict)
+    failed_ids: OrderedDict[str, tuple[str, str, FinishedRun]] = field(default_factory=OrderedDict)  # (group, method, run)
 
     def observe(
         self,
@@ -63,6 +72,7 @@ class TaskHistory:
             return
         for task_id in [t for t in self.running if t not in seen]:
             r = self.running.pop(task_id)
+            self._know(task_id)
             self._finish(r, now)
 
     def remember_method(self, actor_id: str, method: str) -> None:
@@ -92,6 +102,28 @@ class TaskHistory:
         if self.last_finish_s is None or now > self.last_finish_s:
             self.last_finish_s = now
 
+    def note_failed(self, failed: list[tuple[str, str | None, str, str, float, float, str]]) -> list[str]:
+        """Record failed calls ``(task_id, actor_id, group, method, start_s, end_s, error)`` whose error is a
+        collective's; the task ids not seen before."""
+        new = []
+        for task_id, actor_id, group, method, start_s, end_s, error in sorted(failed, key=lambda f: f[5]):
+            if task_id in self.failed_ids or not collective_error(error):
+                continue
+            run = FinishedRun(actor_id, start_s, end_s, error)
+            self.failed_ids[task_id] = (group, method, run)
+            while len(self.failed_ids) > MAX_PEER_RUNS * 4:
+                self.failed_ids.popitem(last=False)
+            key = (group, method)
+            d = self.failures.get(key)
+            if d is None:
+                d = self.failures[key] = deque(maxlen=MAX_PEER_RUNS)
+            d.append(run)
+            self.failures.move_to_end(key)
+            while len(self.failures) > MAX_KEYS:
+                self.failures.popitem(last=False)
+            new.append(task_id)
+        return new
+
     def note_gpu(self, task_id: str, util_percent: float | None) -> None:
         r = self.running.get(task_id)
         if r is None or util_percent is None:
@@ -104,6 +136,23 @@ class TaskHistory:
         for aid in [a for a in self.methods_by_actor if a not in alive]:
             self.methods_by_actor.pop(aid, None)
             self.last_method.pop(aid, None)
+
+    def _know(self, task_id: str) -> None:
+        self.known[task_id] = None
+        while len(self.known) > MAX_KEYS * MAX_SAMPLES:
+            self.known.popitem(last=False)
+
+    def add_finished(self, finished: list[tuple[str, str | None, str, str, float, float]]) -> int:
+        """Finished runs read after they ended ``(task_id, actor_id, group, method, start_s, end_s)``: those not
+        recorded yet (never seen running, or not yet seen ending) join the durations. How many did."""
+        n = 0
+        for task_id, actor_id, group, method, start_s, end_s in sorted(finished, key=lambda f: f[5]):
+            if task_id in self.known or task_id in self.running:
+                continue
+            self._know(task_id)
+            self._finish(Running(actor_id, group, method, start_s), end_s)
+            n += 1
+        return n
 
     def seed(self, finished: list[tuple[str | None, str, str, float, float]]) -> None:
         """Seed from finished tasks ``(actor_id, group, method, start_s, end_s)`` read once at start."""

@@ -62,6 +62,20 @@ def running_task_rows(tasks: tuple[RawTask, ...], actors: dict[str, RawActor]) -
     return rows
 
 
+def failed_task_rows(tasks: list[RawTask], actors: dict[str, RawActor]) -> list[tuple]:
+    """FAILED calls of known actors as history rows ``(task_id, actor_id, group, method, start_s, end_s,
+    error)``."""
+    rows = []
+    for t in tasks:
+        a = actors.get(t.actor_id or "")
+        if a is None or not t.end_time_ms:
+            continue
+        start = (t.start_time_ms or t.end_time_ms) / 1000.0
+        rows.append((t.task_id, t.actor_id, group_key(R.identity(a), a.class_name), R.method_of(t.func_name) or t.name,
+                     start, t.end_time_ms / 1000.0, t.error or ""))
+    return rows
+
+
 def _pick_task(ts: list[RawTask]) -> RawTask:
     return min(ts, key=lambda t: t.start_time_ms or float("inf"))
 

@@ -70,6 +70,19 @@ def _peers_finished(runs, actor_id: str, start_s: float, memo: dict | None, key:
     return (n, last) if n else None
 
 
+def _peers_failed(hist: TaskHistory, key: tuple[str, str], v: TaskView) -> tuple[int, float, str] | None:
+    """Other actors whose call of this method failed in a collective after this one began: ``(how many, the
+    last failure's time, its error)``."""
+    fs = hist.failures.get(key)
+    if not fs or v.start_s is None:
+        return None
+    mine = [f for f in fs if f.actor_id != v.actor_id and f.end_s >= v.start_s - 1.0]
+    if not mine:
+        return None
+    last = max(mine, key=lambda f: f.end_s)
+    return len({f.actor_id for f in mine}), last.end_s, last.error or ""
+
+
 def stalls_for(v: TaskView, hist: TaskHistory, now: float, cfg: StallSettings,
                memo: dict | None = None) -> tuple[Stall, ...]:
     """All stall reasons for one actor, most telling first. ``memo``: a dict shared by the calls of one
@@ -82,7 +95,13 @@ def stalls_for(v: TaskView, hist: TaskHistory, now: float, cfg: StallSettings,
     age = v.running_s
     key = (v.group, v.method)
     runs = hist.runs.get(key)
-    if runs and v.start_s is not None:
+    failed = _peers_failed(hist, key, v) if v.start_s is not None else None
+    if failed is not None:
+        # peers gave up waiting in a collective (they waited its timeout already): no grace window
+        n, last, error = failed
+        out.append(Stall("peers", running_s=age, method=v.method, peers=n, peers_done_s=now - last, state="failed",
+                         cause=error))
+    elif runs and v.start_s is not None:
         peer = _peers_finished(runs, v.actor_id, v.start_s, memo, key)
         if peer is not None:
             n, last = peer

@@ -10,7 +10,9 @@ Rules (a rank simply waiting with its peers is never a suspect):
 - in a worker group where most ranks wait in one collective, the ranks that are not in it;
 - ranks of one group in different collectives (a mismatch): the minority side, naming both ops;
 - a controller in ``ray.get`` points at the group it waits on: that group's ranks still running while
-  their peers finished.
+  their peers finished;
+- peers whose call failed in a collective (a timeout, an abort) while a rank of theirs runs on outside any
+  collective: it is the one that never arrived (``analysis.peer_failures``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from collections import Counter
 from dataclasses import replace
 
 from verltop.analysis.collectives import collective_pending, is_native
+from verltop.analysis.peer_failures import PeerFailure
 from verltop.model import Fate, Peers, RankDump, Suspect, SuspectWhy, Where
 
 WAIT_OPS_EXCLUDED = ("ray.get", "ray.wait")
@@ -66,7 +69,40 @@ def _timed_out(r: RankDump) -> bool:
     return r.death is not None and r.death.kind == "nccl_timeout"
 
 
-def find_suspects(ranks: list[RankDump]) -> list[Suspect]:
+def _started(r: RankDump, now: float | None) -> float | None:
+    a = r.actor
+    if a.task_start_s is not None:
+        return a.task_start_s
+    return now - a.task_running_s if now is not None and a.task_running_s is not None else None
+
+
+def _failed_waiting(members: list[RankDump], ops: dict[int, str | None], failures: dict[str, PeerFailure],
+                    now: float | None) -> list[tuple[RankDump, SuspectWhy]]:
+    """Ranks running outside any collective while peers of theirs failed in one after the rank's call began
+    (they timed out waiting for it)."""
+    out = []
+    for r in members:
+        if r.actor.state != "ALIVE" or not r.actor.task or ops[id(r)] or r.error:
+            continue
+        start = _started(r, now)
+        peers = [(x, f) for x in members if x is not r and (f := failures.get(x.actor.actor_id)) is not None
+                 and (start is None or f.end_s is None or f.end_s >= start - 1.0)
+                 and not (x.actor.task and not ops[id(x)])]  # a peer at work outside it is no witness
+        if not peers:
+            continue
+        last = max(peers, key=lambda p: p[1].end_s or 0)[1]
+        ago = now - last.end_s if now is not None and last.end_s is not None else None
+        out.append((r, SuspectWhy("peers_failed", r.actor.worker_group, last.method,
+                                  peers=_peers([x for x, _ in peers]), where=_where(r), stuck=r.stuck,
+                                  text=last.error, ago_s=ago)))
+    return out
+
+
+def find_suspects(ranks: list[RankDump], failures: dict[str, PeerFailure] | None = None,
+                  now: float | None = None) -> list[Suspect]:
+    """The worker-group rules above over ``ranks``; ``failures``: each actor's latest call that failed in a
+    collective (``peer_failures``), ``now``: the dump's time."""
+    failures = failures or {}
     groups: dict[str, list[RankDump]] = {}
     controller_waits = None
     for r in ranks:
@@ -110,6 +146,8 @@ def find_suspects(ranks: list[RankDump]) -> list[Suspect]:
                 others = [x for x in dead if x is not r]
                 add(r, SuspectWhy("died_first", g, fate=_fate(r), after=tuple(_fate(x) for x in others),
                                   after_peers=_peers(others) if others else None), 95)
+        for r, why in _failed_waiting(members, ops, failures, now):
+            add(r, why, 92 if r.stuck is not False else 75)
         if not waiting:
             continue
         counts = Counter(ops[id(r)] for r in waiting)

@@ -91,10 +91,21 @@ def _runtime(f: Frame) -> bool:
     return bool(_RUNTIME.search(f.file))
 
 
+# frames a wait function runs its wait through, in its own file: ``[p.stdout.readline() for p in procs]`` (the
+# read is C, so the comprehension is the innermost Python frame), a generator, a lambda
+_ANON = frozenset({"<listcomp>", "<genexpr>", "<lambda>", "<dictcomp>", "<setcomp>"})
+
+
+def anon(f: Frame) -> bool:
+    """A comprehension, generator expression or lambda frame: part of the function that runs it."""
+    return leaf(f.func) in _ANON
+
+
 def _innermost_waits(frames: tuple[Frame, ...], upto: int) -> bool:
-    """Are the frames inside ``frames[upto]`` wait primitives of the runtime (shm, zmq, threading...)?"""
+    """Are the frames inside ``frames[upto]`` wait primitives of the runtime (shm, zmq, threading...), or the
+    wait function's own comprehensions and lambdas?"""
     inner = frames[:upto]  # none: the frame itself waits (in C: a queue's get, a sleep between polls)
-    return all(leaf(f.func) in _WAIT_PRIMITIVES or _SHM_WAIT.search(f.file) for f in inner)
+    return all(leaf(f.func) in _WAIT_PRIMITIVES or _SHM_WAIT.search(f.file) or anon(f) for f in inner)
 
 
 _UNKNOWN = BlockedOn("?", None)  # "not worked out yet" (None means "in no wait")

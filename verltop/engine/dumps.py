@@ -15,6 +15,7 @@ from typing import Any
 from verltop.analysis.deaths import classify
 from verltop.analysis.dump import analyse, analyse_child, analyse_rank, child_key
 from verltop.analysis.flight_recorder import collective_info, match
+from verltop.analysis.sticky import carry
 from verltop.convert import one_line
 from verltop.engine import nccl_ras
 from verltop.engine.prefetch import JOBS_TIMEOUT_S, WAIT_GRAPH_TIMEOUT_S
@@ -35,7 +36,13 @@ from verltop.model import (
     RawTask,
 )
 from verltop.sources import flight_recorder as fr
-from verltop.sources.dashboard import fetch_jobs, fetch_log_tail, fetch_pending_refs, fetch_running_tasks
+from verltop.sources.dashboard import (
+    fetch_failed_tasks,
+    fetch_jobs,
+    fetch_log_tail,
+    fetch_pending_refs,
+    fetch_running_tasks,
+)
 from verltop.sources.http import DashboardClient
 from verltop.sources.local import process_title
 from verltop.sources.pyspy import DumpOptions
@@ -74,7 +81,8 @@ class DumpJob:
                  refresh_rows: Callable[[], Awaitable[dict[str, ActorRow]]] | None = None, probe_address: str = "auto",
                  clock: Callable[[], float] = time.time, nodes: tuple[Node, ...] = (),
                  processes: bool = True, drivers: bool = True, ras_addrs: list[tuple[str, int]] | None = None,
-                 pending: tuple[PendingItem, ...] = (), native_ids: frozenset[str] = frozenset()) -> None:
+                 pending: tuple[PendingItem, ...] = (), native_ids: frozenset[str] = frozenset(),
+                 previous: DumpReport | None = None) -> None:
         self.client = client
         self.local_node_ids = local_node_ids
         self.targets = targets
@@ -110,6 +118,8 @@ class DumpJob:
         self.refs: list[RawObjectRef] = []
         self.probe: Any = None  # a ProbePool already joining the cluster (``oneshot``), else made when needed
         self.dashboard_profiling: bool | None = None  # known before the dump: no 403 to learn it from
+        self.previous = previous  # an earlier dump of the job: its strong suspects stay while they do not change
+        self.failed: list[RawTask] = []  # FAILED calls: peers whose collective gave up on a straggler
 
     @property
     def waiting_jobs(self) -> set[str]:
@@ -153,6 +163,7 @@ class DumpJob:
         self.samples = got
         # the task tree and the object table are read while the stacks are taken (they cost no wait)
         graph = asyncio.create_task(self._wait_graph()) if self.processes and self.client is not None else None
+        failed = asyncio.create_task(self.read_failed()) if self.client is not None else None
         try:
             procs: list[Target] = []
             if self.processes:
@@ -213,9 +224,12 @@ class DumpJob:
             self.collectives = {**dead_colls, **colls}
             if graph is not None:
                 self.tasks, self.refs = await graph
+            if failed is not None:
+                self.failed = await failed
         finally:
-            if graph is not None and not graph.done():
-                graph.cancel()
+            for t in (graph, failed):
+                if t is not None and not t.done():
+                    t.cancel()
             if cap.probe is not None:  # started to list children even if no stack was taken
                 await cap.probe.close()
         if self.ras is None:  # asked where ranks said it listens, and nobody answered
@@ -228,9 +242,28 @@ class DumpJob:
 
     def _analyse(self) -> DumpReport:
         notes = tuple(dict.fromkeys((*self.notes, *ras_notes(self.ras))))  # what RAS found, in words
-        return analyse([*self.targets, *self.drivers], self.samples, self.clock(), self.collectives,
-                       native=self.native_used, notes=notes, children=self.children, deaths=self.deaths,
-                       tasks=self.tasks, refs=self.refs, ras=self.ras, pending=self.pending)
+        rep = analyse([*self.targets, *self.drivers], self.samples, self.clock(), self.collectives,
+                      native=self.native_used, notes=notes, children=self.children, deaths=self.deaths,
+                      tasks=self.tasks, refs=self.refs, ras=self.ras, pending=self.pending, failed=self.failed)
+        # what this dump found before (more evidence came since) or an earlier dump found, where nothing moved
+        return carry(self.report or self.previous, rep)
+
+    async def read_failed(self) -> list[RawTask]:
+        """FAILED calls of the targets (their errors say whether a collective gave up waiting)."""
+        assert self.client is not None
+        r = await fetch_failed_tasks(self.client, timeout_s=WAIT_GRAPH_TIMEOUT_S)
+        ids = {a.actor_id for a in self.targets}
+        return [t for t in r.value or [] if t.actor_id in ids] if r.ok else []
+
+    def add_failures(self, failed: list[RawTask]) -> DumpReport | None:
+        """Calls that failed after the dump (``watch``: the peers' collective timed out later), analysed with
+        the stacks already taken; the new report, or None when the dump never finished."""
+        known = {t.task_id for t in self.failed}
+        self.failed = [*self.failed, *(t for t in failed if t.task_id not in known)]
+        if self.report is None:
+            return None
+        self.report = self._analyse()
+        return self.report
 
     async def _wait_graph(self) -> tuple[list[RawTask], list[RawObjectRef]]:
         """Running tasks (with their parents) and pending object references: who waits on whom."""

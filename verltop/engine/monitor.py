@@ -114,13 +114,16 @@ class Monitor(ActorPolls, TaskPolls, HistoryPolls, NodePolls, LocalPolls, Snapsh
         def progress(p: DumpProgress) -> None:
             if p.stage == "done" and p.report is not None:
                 self._publish_dump(p.report, scope)  # a recording keeps it
+                if scope is None:
+                    self.last_dump = p.report
             if on_progress is not None:
                 on_progress(p)
 
         return DumpJob(self.client, self.local_node_ids(), dump_targets(snap.actors, scope), opts, progress,
                        use_logs=use_logs, refresh_rows=refresh_rows, clock=self.clock, nodes=snap.nodes,
                        drivers=scope is None, ras_addrs=self.ras_addresses(snap.actors) if self.use_local else [],
-                       pending=snap.pending, native_ids=native_ids)
+                       pending=snap.pending, native_ids=native_ids,
+                       previous=self.last_dump if scope is None else None)
 
     def doctor(self, path: str | None = None, node_timeout_s: float = 30.0,
                on_progress: DoctorProgressFn | None = None) -> DoctorJob:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from verltop.analysis import roles as R
-from verltop.analysis.snapshot_build import group_key
+from verltop.analysis.snapshot_build import failed_task_rows, group_key
 from verltop.engine.polling import PollState
 from verltop.model import RawActor
 from verltop.sources import dashboard as D
@@ -67,17 +67,41 @@ class HistoryPolls(PollState):
             if i + 1 < tries:
                 await asyncio.sleep(pause_s)
 
+    async def _actors_listed(self, tries: int = 50) -> None:
+        """Wait (``tries`` × 20 ms at most) for the actor list: finished and failed calls are keyed by worker
+        group."""
+        for _ in range(tries):
+            if self.src.actors.value is not None or self.src.actors.error:
+                break
+            await asyncio.sleep(0.02)
+
+    async def read_failures(self, name: str | None = None) -> list[str]:
+        """FAILED calls (of task ``name``) into the history: peers whose collective timed out waiting for a
+        straggler. The task ids of those not seen before."""
+        r = await D.fetch_failed_tasks(self.client, timeout_s=self.iv.timeout_s, name=name)
+        if not r.ok or not r.value:
+            return []
+        await self._actors_listed(int(self.iv.timeout_s / 0.02))  # without them the failures say nothing
+        await self._hist_ready()
+        new = self.hist.note_failed(failed_task_rows(r.value, self._actor_map()))
+        if new:
+            self._dirty.set()
+        return new
+
     async def _seed_history(self) -> None:
+        failures = asyncio.create_task(self.read_failures())
+        try:
+            await self._seed_finished()
+        finally:
+            await failures
+
+    async def _seed_finished(self) -> None:
         r = await D.fetch_finished_runs(self.client, limit=2000, timeout_s=15.0)
         if not r.ok or not r.value or not r.value[0]:
             return
         seed, total = r.value
         r = replace(r, value=seed)
-        # wait for the actor list so methods can be keyed by worker group
-        for _ in range(50):
-            if self.src.actors.value is not None or self.src.actors.error:
-                break
-            await asyncio.sleep(0.02)
+        await self._actors_listed()
         actors = {a.actor_id: a for a in (self.src.actors.value or [])}
         rows = []
         for t in r.value:

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import replace
 
 from verltop.analysis.snapshot_build import running_task_rows
 from verltop.engine.polling import DETAIL_REFRESH_S, PollState
+from verltop.model import RawTask
 from verltop.sources import dashboard as D
 
 log = logging.getLogger("verltop.engine")
+
+FAILURE_READ_S = 10.0
 
 
 class TaskPolls(PollState):
@@ -69,10 +73,34 @@ class TaskPolls(PollState):
         await self._hist_ready()
         self.tasks_truncated = r.truncated  # shown beside the actors' (more than 10,000 running, or events lost)
         whole = D.complete(r)
-        self.hist.observe(running_task_rows(tuple(fixed), actors), r.taken_at, complete=whole)
+        rows = running_task_rows(tuple(fixed), actors)
+        self._check_failures(rows, objs, r.taken_at)
+        self.hist.observe(rows, r.taken_at, complete=whole)
         self.timeline.observe(fixed, actors, r.taken_at, complete=whole)
         self.work.note(fixed, actors)
         self.timeline.maybe_refine(self._actor_map, self._hist_ready)
+
+    def _check_failures(self, rows: list[tuple], before: dict[str, RawTask], now: float) -> None:
+        """A call that ended while its peers' calls of the same method run on may have failed in their
+        collective (a timeout waiting for the one still running): read that method's FAILED calls, at most
+        once per ``FAILURE_READ_S`` per method."""
+        live = {(g, m) for _, _, g, m, _ in rows}
+        seen = {t for t, *_ in rows}
+        names: dict[str, str | None] = {}
+        for tid, run in self.hist.running.items():
+            if tid not in seen and (run.group, run.method) in live:
+                t = before.get(tid)
+                names[run.method] = t.name if t is not None else None
+        for method, name in names.items():
+            if now - self._failure_reads.get(method, 0.0) < FAILURE_READ_S:
+                continue
+            self._failure_reads[method] = now
+
+            async def read_failed(n: str | None = name) -> None:
+                await self.read_failures(n)
+
+            self._tasks[:] = [t for t in self._tasks if not t.done()]
+            self._tasks.append(asyncio.create_task(self._guarded(read_failed, None)))
 
     async def _poll_waiting(self) -> None:
         """Tasks submitted and not yet running (their count per group; retries among them)."""

@@ -8,14 +8,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from verltop.analysis import roles as R
 from verltop.analysis.history import TaskHistory
-from verltop.analysis.snapshot_build import ClusterData
+from verltop.analysis.snapshot_build import ClusterData, group_key
 from verltop.analysis.stalls import StallSettings
 from verltop.engine.base import Engine
 from verltop.engine.pending import PendingWatch
 from verltop.engine.timeline import Timeline, TrendStore, Work
 from verltop.engine.trees import RemoteTrees
-from verltop.model import ActorRow, Node, Problem, RasReport, RawActor, RawTask, Snapshot, SourceStatus
+from verltop.model import (
+    ActorRow,
+    DumpReport,
+    Node,
+    Problem,
+    RasReport,
+    RawActor,
+    RawTask,
+    Snapshot,
+    SourceStatus,
+)
 from verltop.sources import dashboard as D
 from verltop.sources.config import Endpoint
 from verltop.sources.http import DashboardClient
@@ -121,6 +132,7 @@ class PollState(Engine):
         self._task_objs: dict[str, RawTask] = {}
         self._task_detail_at: float | None = None
         self._last_task_poll: float | None = None
+        self._failure_reads: dict[str, float] = {}  # method → when its FAILED calls were last read
         self._focus: dict[str, None] = {}  # node ids on screen, top first
         self._internal: dict[str, Problem] = {}  # helper polls that failed with a bug, until they succeed
         self._hist_free = asyncio.Event()
@@ -134,9 +146,11 @@ class PollState(Engine):
         self.ras: RasReport | None = None
         self.ras_problems: list[Problem] = []
         self.timeline = Timeline(self.client, self.iv.timeout_s, enabled=timeline)
+        self.timeline.on_finished = self._feed_medians
         self.trends = TrendStore()
         self.work = Work()
         self.waiting: list[RawTask] = []  # tasks submitted and not running (per-group counts)
+        self.last_dump: DumpReport | None = None  # the latest dump of the whole job (its suspects may stick)
 
     def _record(self, st: SourceState, r: D.Result) -> bool:
         st.tries += 1
@@ -155,6 +169,17 @@ class PollState(Engine):
             # a dashboard that is down is retried at a calm pace, not hammered
             st.backoff_s = min(10.0, max(2.0, st.backoff_s * 2 or 2.0))
         return False
+
+    def _feed_medians(self, tasks: list[RawTask]) -> None:
+        """Finished runs the timeline read: the ones no poll saw end join the stall medians (called between
+        the history's users: the timeline's round holds the history's gate)."""
+        actors = self._actor_map()
+        rows = [(t.task_id, t.actor_id, group_key(R.identity(a), a.class_name), R.method_of(t.func_name) or t.name,
+                 t.start_time_ms / 1000, t.end_time_ms / 1000) for t in tasks
+                if t.start_time_ms and t.end_time_ms and (a := actors.get(t.actor_id or "")) is not None
+                and (R.method_of(t.func_name) or t.name) != "__init__"]
+        if rows and self.hist.add_finished(rows):
+            self._dirty.set()
 
     def _actor_map(self) -> dict[str, RawActor]:
         return {a.actor_id: a for a in (self.src.actors.value or [])}
@@ -176,3 +201,4 @@ class PollState(Engine):
         def ras_addresses(self, actors: tuple[ActorRow, ...] | list[ActorRow], gpu_host: bool = False
                           ) -> list[tuple[str, int]]: ...
         async def _guarded(self, fn: Callable, st: SourceState | None) -> None: ...
+        async def read_failures(self, name: str | None = None) -> list[str]: ...

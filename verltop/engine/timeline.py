@@ -43,12 +43,20 @@ class RefineStats:
     last_ms: float = 0.0
 
 
-def actor_group(a: RawActor) -> str | None:
-    """The timeline's group of an actor's tasks, or None when its calls are not job steps."""
+def actor_group(a: RawActor, method: str | None = None) -> str | None:
+    """The timeline's group of an actor's tasks (of ``method``), or None when its calls are not job steps. A
+    rollout server's weight sync is the step's: the trainer waits on it, and the header names its phase."""
     ident = R.identity(a)
     if ident.base_role in _NOT_STEPS:
+        if ident.base_role == "rollout_server" and method is not None and R.phase_of_method(method) == "weight_sync":
+            return group_key(ident, a.class_name)
         return None
     return group_key(ident, a.class_name)
+
+
+def _syncs(a: RawActor) -> bool:
+    """An actor some of whose calls are steps' (a rollout server: its weight sync)."""
+    return R.identity(a).base_role == "rollout_server"
 
 
 class Timeline:
@@ -58,6 +66,8 @@ class Timeline:
         self.client = client
         self.timeout_s = timeout_s
         self.enabled = enabled
+        # finished runs this reads, handed on (the stall medians: a long-running view knows what a fresh start does)
+        self.on_finished: Callable[[list[RawTask]], None] | None = None
         self.tracker = StepTracker()
         self.planner = ReadPlanner(self.tracker)
         self.stats = RefineStats()
@@ -94,13 +104,18 @@ class Timeline:
                 else:
                     ign.add(tid)  # a plain task
                 continue
-            g = self._group(a)
-            if g is None:
-                skip.add(a.actor_id)  # a server's or the controller's: none of its tasks is a step's
-                continue
             method = self._methods.get(t.func_name)
             if method is None:
                 method = self._methods[t.func_name] = R.method_of(t.func_name) or t.name
+            g = self._group(a)
+            if g is None and _syncs(a):
+                g = actor_group(a, method)
+                if g is None:
+                    ign.add(tid)  # a server's request
+                    continue
+            if g is None:
+                skip.add(a.actor_id)  # the controller's: none of its tasks is a step's
+                continue
             if R.phase_of_method(method) is None:
                 ign.add(tid)
                 continue
@@ -131,10 +146,11 @@ class Timeline:
             a = actors.get(t.actor_id or "")
             if a is None or t.state != "FINISHED" or not t.start_time_ms or not t.end_time_ms:
                 continue
-            g = actor_group(a)
+            method = R.method_of(t.func_name) or t.name
+            g = actor_group(a, method)
             if g is None:
                 continue
-            rows.append((t.task_id, t.actor_id, g, R.method_of(t.func_name) or t.name, t.name,
+            rows.append((t.task_id, t.actor_id, g, method, t.name,
                          t.start_time_ms / 1000.0, t.end_time_ms / 1000.0))
         return self.tracker.add_exact(rows)
 
@@ -202,6 +218,8 @@ class Timeline:
                     self.tracker.record_rows(q.name, q.actor_id, total)
             self.stats.rows += len(got)
             self.add_finished(got, actors())  # at once: each call touched is recomputed once
+            if self.on_finished is not None:
+                self.on_finished(got)
         except asyncio.CancelledError:
             raise
         except Exception:

@@ -90,6 +90,7 @@ class Watcher:
         self._lockfile: int | None = None
         self._dropped = 0
         self._unsub: Callable[[], None] | None = None
+        self._failures_seen: set[str] = set()  # failed calls already told (task ids)
 
     # ---------------------------------------------------------- lifecycle
 
@@ -172,6 +173,11 @@ class Watcher:
             self.current.snap = snap
         for ev in self.tracker.update(snap):
             self._spawn(self._handle(ev, snap))
+        failed = [t for t in self.engine.hist.failed_ids if t not in self._failures_seen]
+        if failed:
+            self._failures_seen.update(failed)
+            if self.tracker.open:
+                self._spawn(self._peers_failed(failed, snap))
 
     async def _handle(self, ev: IncidentEvent, snap: Snapshot) -> None:
         async with self._lock:
@@ -205,6 +211,36 @@ class Watcher:
                 line = f"{utc_time(ev.at)} incident {inc.id}: {inc.escalations[-1]['text']}"
                 self.say(line)
                 log.info(line)
+
+    async def _peers_failed(self, task_ids: list[str], snap: Snapshot) -> None:
+        """Calls that failed in a collective while an incident is open (peers that gave up waiting for the
+        straggler): escalations with their errors, and the dump analysed again with them."""
+        async with self._lock:
+            inc = self.current
+            if inc is None:
+                return
+            rows = {a.actor_id: a for a in snap.actors}
+            now = time.time()
+            for tid in task_ids:
+                hit = self.engine.hist.failed_ids.get(tid)
+                if hit is None:
+                    continue
+                _, method, run = hit
+                inc.escalate(now, "peers_failed", f"{_label(rows.get(run.actor_id or ''))} failed in {method} "
+                                                  f"(a collective gave up waiting): {run.error}")
+            job = self.job
+            if job is not None and job.report is not None and job.client is not None:
+                report = job.add_failures(await job.read_failed())
+                if report is not None:
+                    inc.report = report
+                    assert self.recorder is not None
+                    self.recorder.dump(report, None, inc.id)
+            inc.analyse()
+            self._record_incident(inc, "updated")
+            await self._write(inc)
+            line = f"{utc_time(now)} incident {inc.id}: {inc.escalations[-1]['text']}"
+            self.say(line)
+            log.info(line)
 
     async def _open(self, ev: IncidentEvent, snap: Snapshot) -> None:
         cfg = self.cfg

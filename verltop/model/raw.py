@@ -58,6 +58,7 @@ class RawTask:
     attempt: int = 0
     parent_task_id: str | None = None  # the submitter's task (an async actor's: its creation task)
     type: str | None = None  # NORMAL_TASK | ACTOR_CREATION_TASK | ACTOR_TASK | DRIVER_TASK
+    error: str | None = None  # a FAILED task's error: the exception's line of Ray's message (detail rows)
 
 
 @dataclass(frozen=True, slots=True)

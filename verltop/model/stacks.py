@@ -177,6 +177,8 @@ class SuspectWhy:
     # tp: a TP worker (``process``) not in ``ops`` with its TP peers of ``owner`` (children of ``pid``)
     # chain_end: the end of ``chain`` | not_placed: ``pending`` (``role`` waits on it in ``op`` at ``frame``)
     # ras: what NCCL RAS says of it (``finding``) | said: a sentence an older verltop recorded (``text``)
+    # peers_failed: ``peers`` of ``group`` failed in their call ``op`` ``ago_s`` ago with a collective's
+    # timeout or abort (``text``) while it never entered the collective: it is ``where``
     kind: str
     group: str | None = None  # the worker group
     op: str | None = None
@@ -200,7 +202,9 @@ class SuspectWhy:
     chain: Chain | None = None
     pending: PendingItem | None = None
     finding: RasFinding | None = None
-    text: str | None = None
+    text: str | None = None  # said: the sentence; peers_failed: the peers' error
+    ago_s: float | None = None  # peers_failed: how long ago the last of them failed
+    still: bool = False  # named by an earlier dump with the same task and stack (``analysis.sticky``)
 
 
 @dataclass(frozen=True, slots=True)

@@ -132,6 +132,16 @@ async def fetch_finished_tasks(client: DashboardClient, limit: int = 2000, timeo
                              lambda doc, now: (parse.tasks(doc)[0], None))
 
 
+async def fetch_failed_tasks(client: DashboardClient, limit: int = 500, timeout_s: float = 10.0,
+                             name: str | None = None) -> Result[list[RawTask]]:
+    """FAILED tasks (of task ``name``: filtered in GCS), with times and errors."""
+    def p(doc: Any, now: float) -> tuple[Any, str | None]:
+        rows, _ = parse.tasks(doc)
+        return [t for t in rows if t.state == "FAILED" and (not name or t.name == name)], None
+
+    return await _get_parsed(client, *reads.failed_tasks(timeout_s, limit, name), timeout_s + 2, p)
+
+
 async def fetch_pending_refs(client: DashboardClient, limit: int = LIMIT, timeout_s: float = 10.0
                              ) -> Result[list[RawObjectRef]]:
     """References held to outputs of unfinished tasks (``task_status`` neither FINISHED nor NIL, no actor

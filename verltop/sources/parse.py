@@ -250,7 +250,17 @@ def task(row: Any) -> RawTask | None:
         attempt=_int(r.get("attempt_number")) or 0,
         parent_task_id=_str(r.get("parent_task_id")) or None,
         type=_str(r.get("type")) or None,
+        error=_error_line(r) if (_str(r.get("state")) or "").upper() == "FAILED" else None,
     )
+
+
+
+def _error_line(r: dict[str, Any]) -> str | None:
+    """A FAILED task's error: the last real exception of Ray's message (not Ray's wrapper around it), else
+    Ray's error type."""
+    line = telling_line("task", redact(_str(r.get("error_message")) or ""))
+    out = line or _str(r.get("error_type"))
+    return out[:300] if out else None
 
 
 def tasks(doc: Any) -> tuple[list[RawTask], ListResult]:

@@ -33,6 +33,13 @@ def finished_tasks(timeout_s: float, detail: bool, limit: int, actor_id: str | N
     return "/api/v0/tasks", list_params(timeout_s, detail, limit) + filters(*flt)
 
 
+def failed_tasks(timeout_s: float, limit: int, name: str | None = None) -> Read:
+    """FAILED tasks with their times and errors (detail rows), of one task name when given: a peer whose
+    collective timed out failed its call while the straggler's runs on."""
+    flt = [("state", "=", "FAILED")] + ([("name", "=", name)] if name else [])
+    return "/api/v0/tasks", list_params(timeout_s, True, limit) + filters(*flt)
+
+
 def pending_refs(timeout_s: float, limit: int = LIMIT) -> Read:
     """References to outputs of unfinished tasks (no actor handles): the wait edges of a dump."""
     return "/api/v0/objects", list_params(timeout_s, False, limit) + filters(

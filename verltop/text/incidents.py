@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from verltop.analysis.incidents import Wait, death_is_failure, group_of, job_actor, label, waits
 from verltop.analysis.merge import compact_labels
 from verltop.model import ActorRow, Death, DumpReport, Snapshot, Suspect
+from verltop.text.dump import suspect_label
 from verltop.text.stalls import stall_reason
 from verltop.text.suspects import suspect_reason
 
@@ -21,6 +22,7 @@ class Diagnosis:
     chains: tuple[str, ...]
     evidence: tuple[str, ...]
     deaths: tuple[str, ...]
+    names: tuple[str, ...] = ()  # each suspect as the user sees it (``vllm_server_0_0/VLLM::Worker_TP1 (pid 4242)``)
 
 
 def wait_text(w: Wait) -> str:
@@ -68,7 +70,17 @@ def diagnose(snap: Snapshot, report: DumpReport | None, groups: tuple[str, ...],
                                 f"{c.last_enqueued}, last completed {c.last_completed})")
         evidence += [f"note: {n}" for n in report.notes]
     evidence += [f"note: {n}" for n in notes]
-    return Diagnosis(snap.phase, groups, sus, tuple(ws), chains, tuple(dict.fromkeys(evidence)), deaths)
+    names = tuple(suspect_name(s, report) for s in sus) if report is not None else ()
+    return Diagnosis(snap.phase, groups, sus, tuple(ws), chains, tuple(dict.fromkeys(evidence)), deaths, names)
+
+
+def suspect_name(s: Suspect, report: DumpReport) -> str:
+    """A suspect as the user sees it: ``rank 1 of x2s (pid 4242)``, ``vllm_server_0_0/VLLM::Worker_TP1 (pid
+    4243)``, ``TaskRunner (pid 99)``; never a bare id."""
+    if s.worker_group and s.rank is not None:
+        return f"rank {s.rank} of {s.worker_group}" + (f" (pid {s.pid})" if s.pid else "")
+    name = suspect_label(s, report)
+    return name if "(pid" in name or not s.pid else f"{name} (pid {s.pid})"
 
 
 def _death_text(death: Death | None, a: ActorRow) -> str:
@@ -85,7 +97,8 @@ def incident_summary(d: Diagnosis, began: str, detected: str) -> str:
     parts = [f"Stall in phase {d.phase or '-'} of worker group {groups}, began {began} (detected {detected})."]
     if d.suspects:
         s = d.suspects[0]
-        who = f"rank {s.rank} of {s.worker_group}" if s.worker_group and s.rank is not None else s.actor_id[:12]
+        who = d.names[0] if d.names else (f"rank {s.rank} of {s.worker_group}" if s.worker_group and s.rank is not None
+                                          else "placement group" if s.placement_group_id else f"actor {s.actor_id[:12]}")
         more = f" (and {len(d.suspects) - 1} more)" if len(d.suspects) > 1 else ""
         parts.append(f"Suspect: {who}{more}: {suspect_reason(s)}.")
     elif d.waits or d.deaths:

@@ -22,6 +22,9 @@ def stall_reason(st: Stall) -> str:
                 (f"; last cause: {st.cause}" if st.cause else "; Ray keeps no cause until it gives up"))
     if r == "pending":
         return f"pending {duration(st.waiting_s)}: " + actor_wait(st.waits_for, stall_target(st), st.scheduling_state)
+    if r == "peers" and st.state == "failed":
+        return (f"{plural(st.peers or 0, 'peer')} failed in {st.method or 'this method'} {duration(st.peers_done_s)} "
+                f"ago waiting for it" + (f" ({st.cause})" if st.cause else ""))
     if r == "peers":
         return (f"{plural(st.peers or 0, 'peer')} finished {st.method or 'this method'} "
                 f"{duration(st.peers_done_s)} ago")
@@ -60,6 +63,8 @@ def stall_tag(st: Stall) -> str:
             return "pending: infeasible" if st.scheduling_state == "INFEASIBLE" else "pending: no room"
         return "pending: " + WAIT_TAG.get(st.waits_for or "", "starting") + (
             f" {st.scheduling_state}" if st.waits_for == "placement_group" and st.scheduling_state else "")
+    if r == "peers" and st.state == "failed":
+        return f"peers failed {duration(st.peers_done_s)} ago"
     if r == "peers":
         return f"peers done {duration(st.peers_done_s)} ago"
     if r == "median":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from verltop.analysis.merge import compact_ints
 from verltop.model import Fate, Peers, Suspect, SuspectWhy, Where
+from verltop.text.cells import duration
 from verltop.text.chains import chain_text, moved_text
 from verltop.text.pending import not_placed
 from verltop.text.ras import finding_text
@@ -53,6 +54,8 @@ def _after(fates: tuple[Fate, ...]) -> str:
 def why_text(w: SuspectWhy) -> str:
     """One reason, as a sentence."""
     text = _text(w)
+    if w.still:
+        text = f"still: {text}"
     if w.controller_waits:
         text += f" (the controller waits on it in ray.get at {w.controller_at})"
     return text
@@ -82,6 +85,11 @@ def _text(w: SuspectWhy) -> str:  # one sentence per kind
         return f"not in {w.op} with {ranks_text(p)} of {g}{died}: {where_text(w.where)}{moved_text(w.stuck)}{never}"
     if w.kind == "not_seen" and p is not None and w.where is not None:
         return f"not seen in {w.op} with {ranks_text(p)} of {g}{died}: {where_text(w.where)}"
+    if w.kind == "peers_failed" and p is not None and w.where is not None:
+        ago = f" {duration(w.ago_s)} ago" if w.ago_s is not None else ""
+        err = f" ({w.text})" if w.text else ""
+        return (f"{ranks_text(p)} of {g} failed in {w.op}{ago} waiting for it{err}; never in the collective, "
+                f"{where_text(w.where)}{moved_text(w.stuck)}")
     if w.kind == "controller" and p is not None and w.where is not None:
         return (f"the controller waits in ray.get ({w.frame}) and {ranks_text(p)} of {g} finished; "
                 f"{where_text(w.where)}{moved_text(w.stuck)}")

@@ -57,6 +57,7 @@ class MultiprocExecutor:
         self.seq += 1
         self.get_response()
 
-    def get_response(self) -> None:
-        for mq in self.response_mq:
-            mq.dequeue()
+    def get_response(self) -> list[str]:
+        # every worker's answer in one comprehension: its frame is the innermost Python frame under the wait
+        # (vLLM's reads through such frames too), and it belongs to the wait, not to code of its own
+        return [mq.dequeue() for mq in self.response_mq]

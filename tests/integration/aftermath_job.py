@@ -1,0 +1,190 @@
+"""A verl job whose hang outlives its first symptoms, on a real one-node Ray cluster (CPU, gloo).
+
+Run as ``python aftermath_job.py host --state-dir DIR``; it answers JSON-line commands on stdin (the pytest side
+is ``test_aftermath.py``). One verl worker group ``af`` (two ranks, ``WorkerDict`` from
+``create_colocated_worker_cls``) whose gloo groups time out after ``TIMEOUT_S``, and ``TaskRunner``, the
+controller. Commands (each ``tag`` names a release file ``{state_dir}/release-{tag}``):
+
+- ``straggle`` ``{"tag", "then": "wait"|"give_up"}``: rank 0 enters ``all_reduce``, rank 1 sits in
+  ``_slow_reward_fn`` until released; rank 0's call FAILS with gloo's timeout. The controller catches the
+  RayTaskError and then waits on rank 1's result (``wait``) or gives the batch up and returns (``give_up``);
+- ``reward`` ``{"tag"}``: the controller submits ``act`` to both ranks (they compute, in a loop, until released)
+  and goes into ``my_reward_fn``, code of its own, until released; the driver (this process) waits on it in
+  ``ray.get`` (the reply comes once released);
+- ``wait`` ``{"tag"}``: the controller call's result.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import ray
+from verl.single_controller.base import Worker
+from verl.single_controller.base.decorator import Dispatch, register
+
+TIMEOUT_S = 3.0
+_GROUPS: dict[str, Any] = {}
+
+
+def _released(state_dir: str, tag: str) -> bool:
+    return Path(state_dir, f"release-{tag}").exists()
+
+
+def _slow_reward_fn(state_dir: str, tag: str) -> None:
+    while not _released(state_dir, tag):
+        time.sleep(0.1)
+
+
+class AftermathWorker(Worker):
+    def __init__(self, state_dir: str) -> None:
+        super().__init__()
+        self.state_dir = state_dir
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def setup(self) -> dict[str, Any]:
+        import torch
+        import torch.distributed as dist
+
+        torch.set_num_threads(1)
+        addr, port = self.get_master_addr_port()
+        dist.init_process_group(backend="gloo", init_method=f"tcp://{addr}:{port}", rank=self.rank,
+                                world_size=self.world_size, timeout=timedelta(seconds=TIMEOUT_S))
+        for tag in ("wait", "give_up"):  # a fresh group per hang: a gloo group that timed out is spent
+            _GROUPS[tag] = dist.new_group(backend="gloo", timeout=timedelta(seconds=TIMEOUT_S))
+        ctx = ray.get_runtime_context()
+        return {"rank": self.rank, "pid": os.getpid(), "actor_id": ctx.get_actor_id()}
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def act(self, plan: dict[str, str], tag: str, group: str) -> int:
+        import torch
+        import torch.distributed as dist
+
+        op = plan[str(self.rank)]
+        if op == "all_reduce":
+            dist.all_reduce(torch.ones(16), group=_GROUPS[group])
+        elif op == "straggle":
+            _slow_reward_fn(self.state_dir, tag)
+        elif op == "compute":
+            n = 0
+            while not _released(self.state_dir, tag):
+                n += 1  # moves: a rank at work, not a hang
+                time.sleep(0.01 + (n % 3) * 0.001)
+        return self.rank
+
+
+def my_reward_fn(state_dir: str, tag: str) -> float:
+    """The user's reward function, called by the controller: stuck until released."""
+    while not _released(state_dir, tag):
+        time.sleep(0.1)
+    return 1.0
+
+
+@ray.remote(num_cpus=0)
+class TaskRunner:
+    def __init__(self, state_dir: str) -> None:
+        self.state_dir = state_dir
+        self.wg: Any = None
+
+    def setup(self) -> dict[str, Any]:
+        from verl.single_controller.ray import (
+            RayClassWithInitArgs,
+            RayResourcePool,
+            RayWorkerGroup,
+            create_colocated_worker_cls,
+        )
+
+        pool = RayResourcePool([2], use_gpu=False, name_prefix="pool_af", max_colocate_count=1)
+        cls = {"actor_rollout": RayClassWithInitArgs(cls=ray.remote(AftermathWorker), state_dir=self.state_dir)}
+        wg_dict = RayWorkerGroup(resource_pool=pool, ray_cls_with_init=create_colocated_worker_cls(cls))
+        self.wg = wg_dict.spawn(prefix_set=cls.keys())["actor_rollout"]
+        ranks = self.wg.setup()
+        return {"prefix": wg_dict.name_prefix, "ranks": ranks, "runner_pid": os.getpid()}
+
+    def straggle(self, tag: str, then: str) -> dict[str, Any]:
+        refs = self.wg.execute_all_async("actor_rollout_act", {"0": "all_reduce", "1": "straggle"}, tag, then)
+        try:
+            ray.get(refs)
+            return {"error": None}
+        except ray.exceptions.RayTaskError as e:  # verl's debugging guide: catch it and recover
+            err = str(e).strip().splitlines()[-1]
+        if then == "give_up":
+            return {"error": err}
+        ray.get(refs[1])  # the straggler's result is still owed
+        return {"error": err, "waited": True}
+
+    def reward(self, tag: str) -> float:
+        refs = self.wg.execute_all_async("actor_rollout_act", {"0": "compute", "1": "compute"}, tag, "wait")
+        score = my_reward_fn(self.state_dir, tag)
+        ray.get(refs)
+        return score
+
+
+class Host:
+    def __init__(self, state_dir: str) -> None:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/, for net
+        from net import free_port
+
+        port = free_port()
+        ray.init(num_cpus=3, include_dashboard=True, dashboard_host="127.0.0.1", dashboard_port=port,
+                 logging_level="WARNING", log_to_driver=False)
+        self.state_dir = state_dir
+        self.dashboard = f"http://127.0.0.1:{port}"
+        self.runner = TaskRunner.remote(state_dir)
+        self.setup = ray.get(self.runner.setup.remote(), timeout=240)
+        self.pending: dict[str, Any] = {}
+
+    def handle(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        op, tag = cmd["cmd"], cmd.get("tag", "")
+        if op == "straggle":
+            self.pending[tag] = self.runner.straggle.remote(tag, cmd["then"])
+            return {}
+        if op == "reward":
+            return {"score": ray.get(self.runner.reward.remote(tag))}  # the driver waits in ray.get
+        if op == "wait":
+            ready, _ = ray.wait([self.pending[tag]], timeout=cmd.get("wait_s", 60))
+            return {"done": bool(ready), "result": ray.get(ready[0]) if ready else None}
+        raise ValueError(f"unknown command {op!r}")
+
+
+def host_main(argv: list[str]) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--state-dir", required=True)
+    args = p.parse_args(argv)
+    proto = os.fdopen(os.dup(1), "w", buffering=1)  # the protocol owns the real stdout
+    os.dup2(2, 1)
+    try:
+        host = Host(args.state_dir)
+    except BaseException:
+        proto.write(json.dumps({"ok": False, "error": traceback.format_exc()}) + "\n")
+        raise
+    proto.write(json.dumps({"ok": True, "dashboard": host.dashboard, **host.setup}) + "\n")
+    try:
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            cmd = json.loads(line)
+            if cmd["cmd"] == "stop":
+                break
+            try:
+                reply = {"ok": True, **host.handle(cmd)}
+            except Exception:  # noqa: BLE001 - the test sees the traceback
+                reply = {"ok": False, "error": traceback.format_exc()}
+            proto.write(json.dumps(reply) + "\n")
+    finally:
+        ray.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["host"]:
+        sys.exit(host_main(sys.argv[2:]))
+    sys.exit(f"usage: {sys.argv[0]} host --state-dir DIR")
