@@ -1,0 +1,131 @@
+"""verl's training metrics: the console backend's lines in the trainer actor's log (read through the
+dashboard's log endpoint, only the tail since the last step seen), or the file backend's JSONL on this
+machine (read from the byte offset where the last read stopped). Fed step by step into the metric history,
+whose rules find the anomalies as each step arrives (docs/training.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+
+from verltop.analysis import roles as R
+from verltop.analysis.training import MetricHistory
+from verltop.engine.snapshots import SnapshotBuilding
+from verltop.model import RawActor, TrainingView
+from verltop.sources import dashboard as D
+from verltop.sources import metrics_log as M
+
+log = logging.getLogger("verltop.engine")
+
+TRAINING_EVERY_S = 5.0
+FIRST_LINES = 5000  # the first read of a log: its history
+TAIL_LINES = 20  # later reads: a few steps' lines; more when the last step seen is not among them
+MAX_LINES = 20000
+
+
+@dataclass(slots=True)
+class TrainingState:
+    """Where the metrics come from and what has been read of them."""
+
+    history: MetricHistory = field(default_factory=MetricHistory)
+    metrics_file: str | None = None  # --metrics-file
+    source: str | None = None  # "actor_log" | "job_log" | "file"
+    actor_id: str | None = None
+    actor_name: str | None = None
+    lines: int = FIRST_LINES
+    follower: M.JsonlFollower | None = None
+    error: str | None = None
+    reads: int = 0
+    last_ms: float = 0.0  # parse + history time of the last read (not the request)
+
+    def view(self) -> TrainingView | None:
+        if self.source is None or self.history.last_step is None:
+            return None
+        return self.history.view(self.source, self.actor_name,
+                                 self.follower.path if self.follower is not None else None)
+
+
+def trainer_actor(actors: list[RawActor]) -> RawActor | None:
+    """The live actor that runs verl's trainer (``TaskRunner``), if any: the newest one."""
+    found = [a for a in actors if a.state == "ALIVE" and R.base_role(a.class_name, a.name) == "controller"]
+    return found[-1] if found else None
+
+
+class TrainingPolls(SnapshotBuilding):
+    """The metrics poller."""
+
+    @property
+    def training(self) -> TrainingState:
+        st = getattr(self, "_training", None)
+        if st is None:
+            st = self._training = TrainingState()
+        return st
+
+    def training_view(self) -> TrainingView | None:
+        return self.training.view()
+
+    async def _poll_training(self) -> None:
+        ts = self.training
+        if ts.metrics_file or ts.follower is not None:
+            await self._read_file(ts)
+            return
+        trainer = trainer_actor(list(self.src.actors.value or []))
+        if trainer is None:
+            return
+        if trainer.actor_id != ts.actor_id:  # a new job: its own history
+            self._training = ts = TrainingState(metrics_file=ts.metrics_file)
+            ts.actor_id, ts.actor_name = trainer.actor_id, trainer.name or trainer.class_name
+        for _ in range(4):  # the tail grows until it reaches the last step seen
+            r = await D.fetch_log_tail(self.client, trainer.actor_id, suffix="out", lines=ts.lines,
+                                       timeout_s=self.iv.timeout_s)
+            if not r.ok or r.value is None:
+                ts.error = r.error.text if r.error else None
+                return
+            ts.error = None
+            if self._feed_log(ts, r.value):
+                return
+
+    def _feed_log(self, ts: TrainingState, text: str) -> bool:
+        """Feed the steps of a log tail; False when the tail may have missed steps (read a longer one)."""
+        t0 = time.perf_counter()
+        steps = M.console_lines(text)
+        last = ts.history.last_step
+        full = text.count("\n") >= ts.lines - 1
+        if steps:
+            ts.source = "actor_log"
+            if last is not None and full and steps[0][0] > last + 1 and ts.lines < MAX_LINES:
+                ts.lines = min(MAX_LINES, ts.lines * 4)
+                return False
+            new = [(s, v) for s, v in steps if last is None or s > last]
+            if new:
+                ts.history.add_many(new)
+                self._dirty.set()
+        elif ts.history.last_step is None and ts.follower is None:
+            path = M.file_logger_path(text)  # only the file backend: read its JSONL when it is on this machine
+            if path and os.path.isfile(path):
+                ts.follower = M.JsonlFollower(path)
+        ts.lines = TAIL_LINES
+        ts.reads += 1
+        ts.last_ms = (time.perf_counter() - t0) * 1000
+        return True
+
+    async def _read_file(self, ts: TrainingState) -> None:
+        if ts.follower is None:
+            ts.follower = M.JsonlFollower(os.path.expanduser(ts.metrics_file or ""))
+        try:
+            steps = await asyncio.to_thread(ts.follower.read)
+        except OSError as e:
+            ts.error = f"{ts.follower.path}: {e.strerror or e}"
+            return
+        ts.error = None
+        t0 = time.perf_counter()
+        if steps:
+            ts.source = "file"
+            ts.history.add_many(steps)
+            self._dirty.set()
+        ts.reads += 1
+        ts.last_ms = (time.perf_counter() - t0) * 1000
