@@ -18,7 +18,7 @@ from verltop.model import Anomaly
 SPIKE_BASE = 20  # steps in a spike's and a collapse's baseline
 MIN_BASE = 8  # fewer earlier steps: the rule does not speak yet
 SPIKE_MADS = 10.0  # a spike is this many robust standard deviations (1.4826 x MAD) past the median ...
-SPIKE_RATIO = 3.0  # ... and, for a positive metric, this many times the median
+SPIKE_RATIO = 3.0  # ... and past 3x the median and twice the widest swing of the baseline
 COLLAPSE_RATIO = 0.25  # entropy below this fraction of its median
 CLIP_LIMIT = 0.5  # share of responses cut at the length limit
 STEP_BASE = 10  # slow_step and throughput_drop: median of the last 10 steps
@@ -110,7 +110,9 @@ def _spike(step: int, name: str, v: float, base: Sequence[float]) -> Anomaly | N
     med = median(base)
     scale = 1.4826 * median(abs(x - med) for x in base)
     dev = v - med if _upward(name) else abs(v - med)
-    limit = max(SPIKE_MADS * scale, (SPIKE_RATIO - 1) * abs(med), 1e-12)
+    # a loss that wanders moves its window's median; twice the window's widest swing is never healthy noise
+    widest = max(abs(x - med) for x in base)
+    limit = max(SPIKE_MADS * scale, (SPIKE_RATIO - 1) * abs(med), 2 * widest, 1e-12)
     if dev > limit:
         return Anomaly(step, name, "spike", v, med, window=len(base))
     return None
