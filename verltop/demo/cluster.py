@@ -42,6 +42,7 @@ for _mod in ("ray", "torch", "verl"):
         raise ImportError(f"verltop demo needs {_mod}", name=_mod)
 
 HANG_REQUEST_FILE = "hang_request"
+NAN_REQUEST_FILE = "nan_request"  # as in job.py
 HANG_TARGETS = ("rank", "late", "tp1", "sandbox")  # as in job.py (which imports ray)
 # Duplicated from workers.py / job.py to keep this module free of torch and verl imports.
 HUNG_FILE = "hung"
@@ -75,6 +76,10 @@ class DemoHandle:
         if target not in HANG_TARGETS:
             raise ValueError(f"unknown hang target {target!r} (one of {', '.join(HANG_TARGETS)})")
         Path(self.hang_file).write_text(json.dumps({"target": target, "time": time.time()}))
+
+    def request_nan(self) -> None:
+        """Ask the controller to log a NaN ``actor/grad_norm`` at its next step (no Ray needed)."""
+        Path(self.state_dir, NAN_REQUEST_FILE).write_text(str(time.time()))
 
     def hung(self) -> bool:
         """True while the hang is in place: the stuck rank writes the marker when it stops taking part."""

@@ -33,7 +33,8 @@ class RunMetrics:
                        "ref": r.lognormvariate(math.log(2.9), 0.05), "adv": r.uniform(0.03, 0.06),
                        "update_actor": r.lognormvariate(math.log(9.5), 0.05),
                        "update_weights": r.lognormvariate(math.log(1.2), 0.1)}
-        step_s = sum(t.values()) + r.uniform(0.2, 0.4)
+        t = dict(t)
+        step_s = t.pop("step", None) or sum(t.values()) + r.uniform(0.2, 0.4)
         tokens = BATCH * N * (105 + resp)
         self.mem_gb += r.uniform(-0.05, 0.06)
         m: dict[str, float] = {

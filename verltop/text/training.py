@@ -119,3 +119,29 @@ def header_tag(t: TrainingView) -> str | None:
     last = max(t.anomalies, key=lambda a: a.step)
     more = sum(1 for a in t.anomalies if a.step == last.step) - 1
     return anomaly_tag(last) + (f" +{more}" if more > 0 else "")
+
+
+_SOURCES = {"actor_log": "'s log (console logger)", "job_log": "the driver's log (console logger)",
+            "file": "the file logger's JSONL"}
+
+
+def health_title(t: TrainingView | None) -> str:
+    """The health screen's first line: the last step, where the metrics come from, how many anomalies."""
+    if t is None:
+        return "training health: no verl metrics read yet"
+    where = _SOURCES.get(t.source, t.source)
+    if t.source == "actor_log":
+        where = f"{t.actor_name or 'the trainer'}{where}"
+    n = len(t.anomalies)
+    return (f"training health: step {t.last_step} · {len(t.metrics)} metrics from {where} · "
+            f"{n} anomal{'y' if n == 1 else 'ies'}")
+
+
+def episode_summary(kind: str, anomaly: Anomaly | None, slow: SlowRank | None, where: str | None = None) -> str:
+    """An anomaly or slow incident's summary: the metric, step, value and baseline, or the rank and its lag."""
+    if kind == "anomaly" and anomaly is not None:
+        src = f" (from {where})" if where else ""
+        return f"anomaly: {anomaly_sentence(anomaly)}{src}"
+    if slow is not None:
+        return f"slow rank: {slow_sentence(slow)}"
+    return kind
