@@ -51,7 +51,7 @@ def slow_ranks(steps: Sequence[Step], rows: Iterable[ActorRow] = (), window: int
             continue
         a = by_id.get(aid)
         out.append(SlowRank(actor_id=aid, actor_name=a.actor_name if a else None,
-                            worker_group=a.worker_group if a else group, rank=a.rank if a else None,
+                            worker_group=(a.worker_group if a else None) or group, rank=a.rank if a else None,
                             phase=phase, method=method, steps=len(lags), lag_s=median(lags), of_steps=len(runs),
                             detail=_gpu_idle(a)))
     out.sort(key=lambda r: -r.lag_s)

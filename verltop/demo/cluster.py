@@ -43,6 +43,7 @@ for _mod in ("ray", "torch", "verl"):
 
 HANG_REQUEST_FILE = "hang_request"
 NAN_REQUEST_FILE = "nan_request"  # as in job.py
+METRICS_FILE = "metrics.jsonl"
 HANG_TARGETS = ("rank", "late", "tp1", "sandbox")  # as in job.py (which imports ray)
 # Duplicated from workers.py / job.py to keep this module free of torch and verl imports.
 HUNG_FILE = "hung"
@@ -80,6 +81,19 @@ class DemoHandle:
     def request_nan(self) -> None:
         """Ask the controller to log a NaN ``actor/grad_norm`` at its next step (no Ray needed)."""
         Path(self.state_dir, NAN_REQUEST_FILE).write_text(str(time.time()))
+
+    def logged_metrics(self) -> dict[int, dict[str, float | None]]:
+        """step -> what the controller logged through verl's Tracking (its file backend; NaN/inf as None)."""
+        out: dict[int, dict[str, float | None]] = {}
+        try:
+            lines = Path(self.state_dir, METRICS_FILE).read_text().splitlines()
+        except OSError:
+            return out
+        for line in lines:
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                doc = json.loads(line)
+                out[doc["step"]] = doc["data"]
+        return out
 
     def hung(self) -> bool:
         """True while the hang is in place: the stuck rank writes the marker when it stops taking part."""

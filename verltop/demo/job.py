@@ -42,6 +42,7 @@ TASK_RUNNER_CPUS = 1
 PROGRESS_FILE = "progress.json"
 PHASE_LOG = "phases.jsonl"  # one line per phase as it begins: the job's own timing, for comparisons
 HANG_TARGETS = ("rank", "late", "tp1", "sandbox")
+METRICS_FILE = "metrics.jsonl"  # verl's file logger writes every logged step here
 NAN_REQUEST_FILE = "nan_request"  # present: the next step logs a NaN actor/grad_norm (the N key)
 AGENT_LOOP_WORKERS = 2
 PROMPTS_PER_WORKER = 4
@@ -123,7 +124,9 @@ class TaskRunner:
 
         from verltop.demo.metrics import RunMetrics
 
-        tracking = Tracking(project_name="verltop_demo", experiment_name="demo", default_backend=["console"])
+        # the file backend too: what was logged, for comparisons (it prints "Creating file logger at …")
+        os.environ["VERL_FILE_LOGGER_PATH"] = str(self.state_dir / METRICS_FILE)
+        tracking = Tracking(project_name="verltop_demo", experiment_name="demo", default_backend=["console", "file"])
         run_metrics = RunMetrics(seed, gpus=8)
         step = 0
         pending: str | None = None  # a hang target taken, waiting for its point in the step

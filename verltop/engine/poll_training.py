@@ -70,7 +70,7 @@ class TrainingPolls(SnapshotBuilding):
 
     async def _poll_training(self) -> None:
         ts = self.training
-        if ts.metrics_file or ts.follower is not None:
+        if ts.metrics_file:
             await self._read_file(ts)
             return
         trainer = trainer_actor(list(self.src.actors.value or []))
@@ -84,10 +84,12 @@ class TrainingPolls(SnapshotBuilding):
                                        timeout_s=self.iv.timeout_s)
             if not r.ok or r.value is None:
                 ts.error = r.error.text if r.error else None
-                return
+                break
             ts.error = None
             if self._feed_log(ts, r.value):
-                return
+                break
+        if ts.source != "actor_log" and ts.follower is not None:  # the file backend only (no console lines)
+            await self._read_file(ts)
 
     def _feed_log(self, ts: TrainingState, text: str) -> bool:
         """Feed the steps of a log tail; False when the tail may have missed steps (read a longer one)."""
@@ -96,7 +98,7 @@ class TrainingPolls(SnapshotBuilding):
         last = ts.history.last_step
         full = text.count("\n") >= ts.lines - 1
         if steps:
-            ts.source = "actor_log"
+            ts.source, ts.follower = "actor_log", None
             if last is not None and full and steps[0][0] > last + 1 and ts.lines < MAX_LINES:
                 ts.lines = min(MAX_LINES, ts.lines * 4)
                 return False
