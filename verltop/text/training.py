@@ -39,7 +39,8 @@ def anomaly_sentence(a: Anomaly) -> str:
     if a.kind == "nan":
         return f"{m} is {a.detail or num(a.value)} at step {st}"
     if a.kind == "spike":
-        ratio = f" ({a.value / a.baseline:.1f}x)" if a.value is not None and a.baseline else ""
+        ratio = f" ({a.value / a.baseline:.1f}x)" if a.value is not None and a.baseline and a.baseline > 0 \
+            and a.value > 0 else ""
         return f"{m} spiked to {num(a.value)} at step {st}, baseline {num(a.baseline)}{ratio}"
     if a.kind == "collapse":
         return f"{m} collapsed to {num(a.value)} at step {st}, from a baseline of {num(a.baseline)}"
@@ -121,8 +122,7 @@ def header_tag(t: TrainingView) -> str | None:
     return anomaly_tag(last) + (f" +{more}" if more > 0 else "")
 
 
-_SOURCES = {"actor_log": "'s log (console logger)", "job_log": "the driver's log (console logger)",
-            "file": "the file logger's JSONL"}
+_SOURCES = {"actor_log": "'s log", "job_log": "the driver's log", "file": "the file logger's JSONL"}
 
 
 def health_title(t: TrainingView | None) -> str:
@@ -133,8 +133,8 @@ def health_title(t: TrainingView | None) -> str:
     if t.source == "actor_log":
         where = f"{t.actor_name or 'the trainer'}{where}"
     n = len(t.anomalies)
-    return (f"training health: step {t.last_step} · {len(t.metrics)} metrics from {where} · "
-            f"{n} anomal{'y' if n == 1 else 'ies'}")
+    return (f"health · step {t.last_step} · {len(t.metrics)} metrics · {n} anomal{'y' if n == 1 else 'ies'} · "
+            f"from {where}")
 
 
 def episode_summary(kind: str, anomaly: Anomaly | None, slow: SlowRank | None, where: str | None = None) -> str:
