@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 
@@ -101,7 +102,7 @@ def test_growing_phase_time_said_once():
     grow = [a for a in h.anomalies if a.kind == "growing"]
     assert grow and all(a.metric == "timing_s/update_weights" for a in grow)
     assert grow[0].step == 30 and len(grow) >= 2  # once per 30 steps while it keeps growing
-    assert all(b.step - a.step >= 30 for a, b in zip(grow, grow[1:]))
+    assert all(b.step - a.step >= 30 for a, b in itertools.pairwise(grow))
     per100 = (grow[0].value - grow[0].baseline) * 100 / grow[0].window
     assert 30 < per100 < 50
 
