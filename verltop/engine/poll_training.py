@@ -99,7 +99,8 @@ class TrainingPolls(SnapshotBuilding):
         full = text.count("\n") >= ts.lines - 1
         if steps:
             ts.source, ts.follower = "actor_log", None
-            if last is not None and full and steps[0][0] > last + 1 and ts.lines < MAX_LINES:
+            # a gap before the tail's first step (the first read of a job expects step 1): read a longer tail
+            if full and steps[0][0] > (last + 1 if last is not None else 1) and ts.lines < MAX_LINES:
                 ts.lines = min(MAX_LINES, ts.lines * 4)
                 return False
             new = [(s, v) for s, v in steps if last is None or s > last]
