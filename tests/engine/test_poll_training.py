@@ -44,12 +44,18 @@ async def test_log_read_by_step_and_grown_when_steps_were_missed(monkeypatch):
         log.lines += [concat_dict_to_str(run.step(s), step=s), "(some other line)"]
     await mon._poll_training()
     assert mon.training_view().last_step == 30 and log.asked[1:] == [P.TAIL_LINES, 4 * P.TAIL_LINES]  # to step 1
+    assert mon.training.lines == 120  # twice the span the history needed
+    mon.training.lines = P.TAIL_LINES
     for s in range(31, 61):  # 30 steps between two polls: the 20-line tail misses some, reads 80 lines
         log.lines += [concat_dict_to_str(run.step(s), step=s), "x"]
     log.asked.clear()
     await mon._poll_training()
     t = mon.training_view()
     assert log.asked == [P.TAIL_LINES, 4 * P.TAIL_LINES]
+    log.lines += ["chatter"] * 100  # output after the last step pushes its line out of the tail
+    log.asked.clear()
+    await mon._poll_training()
+    assert log.asked[-1] >= 101 and mon.training.lines >= 202 and mon.training_view().last_step == 60
     assert [s for s, _ in t.metrics["actor/grad_norm"]] == list(range(1, 61)) and t.source == "actor_log"
     mon.src.actors.value = [RawActor("a2", "TaskRunner", "ALIVE", None, "n1", 11)]  # a new job
     log.lines = [concat_dict_to_str(run.step(1), step=1)]

@@ -92,26 +92,36 @@ class TrainingPolls(SnapshotBuilding):
             await self._read_file(ts)
 
     def _feed_log(self, ts: TrainingState, text: str) -> bool:
-        """Feed the steps of a log tail; False when the tail may have missed steps (read a longer one)."""
+        """Feed the steps of a log tail; False when the tail may have missed steps (read a longer one). The next
+        tail covers twice what this one needed (from the last step seen to the end), at least ``TAIL_LINES``."""
         t0 = time.perf_counter()
-        steps = M.console_lines(text)
         last = ts.history.last_step
-        full = text.count("\n") >= ts.lines - 1
+        lines = text.splitlines()
+        steps: list[tuple[int, M.Metrics]] = []
+        first_at = len(lines)
+        for i, line in enumerate(lines):
+            hit = M.console_line(line, None if last is None else last - 1)  # the last step seen: the overlap
+            if hit is not None:
+                steps.append(hit)
+                first_at = min(first_at, i)
+        full = len(lines) >= ts.lines - 1
+        # a gap before the tail's first step (a job's first read expects step 1), or, after a step was seen, no
+        # step line at all in a full tail (output after the last step pushed it out): read a longer tail
+        gap = steps[0][0] > (last + 1 if last is not None else 1) if steps else last is not None
+        if full and gap and ts.lines < MAX_LINES:
+            ts.lines = min(MAX_LINES, ts.lines * 4)
+            return False
         if steps:
             ts.source, ts.follower = "actor_log", None
-            # a gap before the tail's first step (the first read of a job expects step 1): read a longer tail
-            if full and steps[0][0] > (last + 1 if last is not None else 1) and ts.lines < MAX_LINES:
-                ts.lines = min(MAX_LINES, ts.lines * 4)
-                return False
             new = [(s, v) for s, v in steps if last is None or s > last]
             if new:
                 ts.history.add_many(new)
                 self._dirty.set()
-        elif ts.history.last_step is None and ts.follower is None:
+        elif last is None and ts.follower is None:
             path = M.file_logger_path(text)  # only the file backend: read its JSONL when it is on this machine
             if path and os.path.isfile(path):
                 ts.follower = M.JsonlFollower(path)
-        ts.lines = TAIL_LINES
+        ts.lines = min(MAX_LINES, max(TAIL_LINES, 2 * (len(lines) - first_at))) if steps else TAIL_LINES
         ts.reads += 1
         ts.last_ms = (time.perf_counter() - t0) * 1000
         return True

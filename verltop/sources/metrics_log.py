@@ -33,6 +33,10 @@ MAX_LINE = 1 << 20  # a longer line is not a metrics line (or is damaged)
 
 def value(text: str) -> float | None:
     """One console value as a float (NaN and inf kept), None when it is not a number."""
+    try:
+        return float(text)  # the common case: a plain number (float() takes nan, inf, -inf too)
+    except ValueError:
+        pass
     t = text.strip()
     m = _WRAPPED.match(t)
     if m:
@@ -46,14 +50,18 @@ def value(text: str) -> float | None:
         return None
 
 
-def console_line(line: str) -> tuple[int, Metrics] | None:
-    """``(step, {key: value})`` of one console-backend line, None for any other line."""
+def console_line(line: str, after: int | None = None) -> tuple[int, Metrics] | None:
+    """``(step, {key: value})`` of one console-backend line, None for any other line (and, with ``after``,
+    for a step at or before it: its values are not parsed)."""
     if "step:" not in line or len(line) > MAX_LINE:
         return None
     if "\x1b" in line:
         line = _ANSI.sub("", line)
     m = _STEP.search(line)
     if m is None:
+        return None
+    step = int(m.group(1))
+    if after is not None and step <= after:
         return None
     out: Metrics = {}
     for part in line[m.end():].rstrip("\r\n").split(" - "):
@@ -63,7 +71,7 @@ def console_line(line: str) -> tuple[int, Metrics] | None:
         v = value(raw)
         if v is not None:
             out[key.strip()] = v
-    return int(m.group(1)), out
+    return step, out
 
 
 def jsonl_line(line: str | bytes) -> tuple[int, Metrics] | None:
@@ -84,9 +92,9 @@ def jsonl_line(line: str | bytes) -> tuple[int, Metrics] | None:
     return doc["step"], out
 
 
-def console_lines(text: str) -> list[tuple[int, Metrics]]:
-    """Every metrics line of a log's text, in order."""
-    return [hit for line in text.splitlines() if (hit := console_line(line)) is not None]
+def console_lines(text: str, after: int | None = None) -> list[tuple[int, Metrics]]:
+    """Every metrics line of a log's text, in order (with ``after``: only the steps after it)."""
+    return [hit for line in text.splitlines() if (hit := console_line(line, after)) is not None]
 
 
 def file_logger_path(text: str) -> str | None:
