@@ -83,3 +83,27 @@ async def test_file_logger_announced_in_the_log_and_metrics_file(monkeypatch, tm
     mon3.training.metrics_file = str(tmp_path / "missing.jsonl")
     await mon3._poll_training()
     assert mon3.training_view() is None and "missing.jsonl" in mon3.training.error
+
+
+async def test_older_layout_reads_the_submitted_driver_log(monkeypatch):
+    """No TaskRunner actor: the trainer runs in the driver; its console lines are in the driver's job log."""
+    from verltop.model import RawJob
+
+    asked: list[str] = []
+
+    async def jobs(client, timeout_s=10.0):
+        return D.Result([RawJob("01000000", "SUCCEEDED", 1, "10.0.0.1", "raysubmit_old"),
+                         RawJob("02000000", "RUNNING", 2, "10.0.0.1", "raysubmit_new")], None, 0.0)
+
+    async def job_log(client, submission_id, lines=200, timeout_s=10.0):
+        asked.append(submission_id)
+        return D.Result("step:1 - critic/score/mean:0.25\nstep:2 - critic/score/mean:nan\n", None, 0.0)
+
+    monkeypatch.setattr(D, "fetch_jobs", jobs)
+    monkeypatch.setattr(D, "fetch_job_log_tail", job_log)
+    mon = _mon()
+    mon.src.actors.value = []
+    await mon._poll_training()
+    t = mon.training_view()
+    assert asked == ["raysubmit_new"] and t.source == "job_log" and t.actor_name == "raysubmit_new"
+    assert t.last_step == 2 and [(a.step, a.kind) for a in t.anomalies] == [(2, "nan")]

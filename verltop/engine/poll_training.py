@@ -25,6 +25,7 @@ TRAINING_EVERY_S = 5.0
 FIRST_LINES = 5000  # the first read of a log: its history
 TAIL_LINES = 20  # later reads: a few steps' lines; more when the last step seen is not among them
 MAX_LINES = 20000
+JOBS_EVERY_S = 30.0
 
 
 @dataclass(slots=True)
@@ -34,13 +35,15 @@ class TrainingState:
     history: MetricHistory = field(default_factory=MetricHistory)
     metrics_file: str | None = None  # --metrics-file
     source: str | None = None  # "actor_log" | "job_log" | "file"
-    actor_id: str | None = None
-    actor_name: str | None = None
+    actor_id: str | None = None  # the trainer actor's id, or "job:<submission id>"
+    actor_name: str | None = None  # its name, or the submission id
     lines: int = FIRST_LINES
     follower: M.JsonlFollower | None = None
     error: str | None = None
     reads: int = 0
     last_ms: float = 0.0  # parse + history time of the last read (not the request)
+    jobs_at: float | None = None  # when the job list was last read (no trainer actor: an older layout)
+    job: str | None = None  # the running submitted job whose driver log is read then
 
     def view(self) -> TrainingView | None:
         if self.source is None or self.history.last_step is None:
@@ -74,24 +77,43 @@ class TrainingPolls(SnapshotBuilding):
             await self._read_file(ts)
             return
         trainer = trainer_actor(list(self.src.actors.value or []))
-        if trainer is None:
-            return
-        if trainer.actor_id != ts.actor_id:  # a new job: its own history
-            self._training = ts = TrainingState(metrics_file=ts.metrics_file)
-            ts.actor_id, ts.actor_name = trainer.actor_id, trainer.name or trainer.class_name
+        if trainer is not None:
+            key, name, source = trainer.actor_id, trainer.name or trainer.class_name, "actor_log"
+        else:  # older layouts: the trainer in the driver, whose log the dashboard serves for submitted jobs
+            job = await self._running_job(ts)
+            if job is None:
+                return
+            key, name, source = f"job:{job}", job, "job_log"
+        if key != ts.actor_id:  # a new job: its own history
+            jobs_at, job = ts.jobs_at, ts.job
+            self._training = ts = TrainingState(metrics_file=ts.metrics_file, jobs_at=jobs_at, job=job)
+            ts.actor_id, ts.actor_name = key, name
         for _ in range(4):  # the tail grows until it reaches the last step seen
-            r = await D.fetch_log_tail(self.client, trainer.actor_id, suffix="out", lines=ts.lines,
-                                       timeout_s=self.iv.timeout_s)
+            if source == "actor_log":
+                r = await D.fetch_log_tail(self.client, key, suffix="out", lines=ts.lines, timeout_s=self.iv.timeout_s)
+            else:
+                r = await D.fetch_job_log_tail(self.client, name, lines=ts.lines, timeout_s=self.iv.timeout_s)
             if not r.ok or r.value is None:
                 ts.error = r.error.text if r.error else None
                 break
             ts.error = None
-            if self._feed_log(ts, r.value):
+            if self._feed_log(ts, r.value, source):
                 break
-        if ts.source != "actor_log" and ts.follower is not None:  # the file backend only (no console lines)
+        if ts.source not in ("actor_log", "job_log") and ts.follower is not None:  # the file backend only
             await self._read_file(ts)
 
-    def _feed_log(self, ts: TrainingState, text: str) -> bool:
+    async def _running_job(self, ts: TrainingState) -> str | None:
+        """The submission id of the newest running submitted job (the job list read at most every 30 s)."""
+        now = time.monotonic()
+        if ts.jobs_at is None or now - ts.jobs_at >= JOBS_EVERY_S:
+            ts.jobs_at = now
+            r = await D.fetch_jobs(self.client, timeout_s=self.iv.timeout_s)
+            if r.ok and r.value is not None:
+                running = [j.submission_id for j in r.value if j.status == "RUNNING" and j.submission_id]
+                ts.job = running[-1] if running else None
+        return ts.job
+
+    def _feed_log(self, ts: TrainingState, text: str, source: str = "actor_log") -> bool:
         """Feed the steps of a log tail; False when the tail may have missed steps (read a longer one). The next
         tail covers twice what this one needed (from the last step seen to the end), at least ``TAIL_LINES``."""
         t0 = time.perf_counter()
@@ -112,7 +134,7 @@ class TrainingPolls(SnapshotBuilding):
             ts.lines = min(MAX_LINES, ts.lines * 4)
             return False
         if steps:
-            ts.source, ts.follower = "actor_log", None
+            ts.source, ts.follower = source, None
             new = [(s, v) for s, v in steps if last is None or s > last]
             if new:
                 ts.history.add_many(new)
