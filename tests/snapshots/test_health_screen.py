@@ -51,7 +51,7 @@ def test_health_screen(snap_compare):
 def test_header_and_table_marks():
     snap = health_snapshot()
     text = header_text(snap, False, 80).plain
-    assert "train step 60" in text and "gnorm" in text and "⚠ spike actor/pg_loss@45" not in text
+    assert "step 60 score" in text and "gnorm" in text and "⚠ spike actor/pg_loss@45" not in text
     assert "⚠ NaN actor/grad_norm@52" in text
     rows = layout_rows(snap, "group", "rank")
     marked = [r for r in rows if r.note]

@@ -97,18 +97,26 @@ HEADER_KEYS = (
     ("kl", ("actor/ppo_kl", "actor/kl_loss")),
     ("gnorm", ("actor/grad_norm",)),
     ("ent", ("actor/entropy",)),
-    ("step_s", ("timing_s/step", "perf/time_per_step")),
+    ("s/step", ("timing_s/step", "perf/time_per_step")),
 )
 
 
+def short(v: float | None) -> str:
+    """A header value: 3 significant digits."""
+    if v is None or not math.isfinite(v):
+        return num(v)
+    return f"{v:.2g}" if v != 0 and (abs(v) >= 1e4 or abs(v) < 1e-2) else f"{v:.3g}"
+
+
 def header_metrics(t: TrainingView) -> str:
-    """ "step 41 score 0.62 loss -0.013 kl 0.002 gnorm 1.2 ent 0.41 step_s 52" for the latest step."""
+    """ "step 41 score 0.62 loss -0.013 kl 0.002 gnorm 1.2 ent 0.41 52.1 s/step" for the latest step."""
     parts = [f"step {t.last_step}"] if t.last_step is not None else []
     for label, keys in HEADER_KEYS:
         for k in keys:
             pts = t.metrics.get(k)
             if pts and pts[-1][0] == t.last_step:
-                parts.append(f"{label} {num(pts[-1][1])}")
+                v = short(pts[-1][1])
+                parts.append(f"{v} {label}" if label == "s/step" else f"{label} {v}")
                 break
     return " ".join(parts)
 

@@ -112,7 +112,7 @@ def _training_items(s: Snapshot) -> list[Text]:
     """verl's latest logged metrics and the newest anomaly's tag (h: the health screen)."""
     if s.training is None:
         return []
-    items = [_item(("train ", "bold"), (header_metrics(s.training), "cyan"))]
+    items = [_item((header_metrics(s.training), "cyan"))]
     tag = header_tag(s.training)
     if tag:
         items.append(_item((f"⚠ {tag}", "bold red")))
