@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 
 from tests.wait import wait_until, wait_until_async
+from verltop.analysis.stalls import StallSettings
 from verltop.demo.rollout import LATE_WORKER, LATE_WORKER_S
+from verltop.engine import oneshot
 from verltop.engine.monitor import Intervals, Monitor
 from verltop.engine.recording_format import SEGMENTS
 from verltop.engine.recording_reader import Recording
@@ -48,7 +50,8 @@ async def test_metrics_anomaly_slow_rank_and_incidents(demo, tmp_path):
     if demo.hung():
         demo.release_hang()
     wait_until(lambda: not demo.hung(), 60, "the demo healthy", step=0.5, detail=demo.progress)
-    mon = Monitor(Endpoint(demo.address, "--address", demo.token, "demo"), IV, use_local=True)
+    endpoint = Endpoint(demo.address, "--address", demo.token, "demo")
+    mon = Monitor(endpoint, IV, use_local=True)
     w = Watcher(mon, WatchSettings(dir=tmp_path / "w", clear_after_s=600, before_s=30), say=lambda _l: None)
     stop = asyncio.Event()
     run = asyncio.create_task(w.run(stop))
@@ -99,6 +102,11 @@ async def test_metrics_anomaly_slow_rank_and_incidents(demo, tmp_path):
         assert anomaly["anomaly"]["step"] == nan[0].step and anomaly["recording"] == "recording.vtr"
         slow = next(x for x in incs if x["kind"] == "slow")
         assert LATE in slow["summary"] and slow["slow_rank"]["phase"] == "gen"
+        # `verltop snapshot --json` reads them once too
+        one = await oneshot.snapshot(oneshot.monitor(endpoint, IV, StallSettings(), use_local=False))
+        doc = snapshot_json(one)
+        assert doc["training"]["last_step"] >= nan[0].step and doc["training"]["source"] == "actor_log"
+        assert any(a["kind"] == "nan" and a["step"] == nan[0].step for a in doc["training"]["anomalies"])
     finally:
         stop.set()
         await asyncio.wait_for(run, 60)
