@@ -13,6 +13,7 @@ from tests.ui.test_process_rows import OneSnapshot
 from verltop.analysis.training import MetricHistory
 from verltop.demo.metrics import RunMetrics
 from verltop.model import SlowRank, Snapshot
+from verltop.text.snapshot import snapshot_text
 from verltop.text.training import slow_tag
 from verltop.ui.app import VerltopApp
 from verltop.ui.widgets.header_bar import header_text
@@ -58,3 +59,6 @@ def test_header_and_table_marks():
     assert [(r.actor_id, r.note) for r in marked] == [(snap.actors[0].actor_id, "+41s gen")]
     assert slow_tag(snap.slow_ranks[0]) == "+41s gen"
     assert math.isnan(snap.training.latest("actor/grad_norm") or 0.0) is False  # step 60 is finite again
+    lines = snapshot_text(snap).splitlines()
+    assert lines[1].startswith("verl step 60 score ") and "ANOMALY: actor/grad_norm is nan at step 52" in lines
+    assert "SLOW: agent_loop_worker_3 ends gen 41 s after its peers in 9 of the last 10 steps" in lines

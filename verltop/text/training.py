@@ -153,3 +153,13 @@ def episode_summary(kind: str, anomaly: Anomaly | None, slow: SlowRank | None, w
     if slow is not None:
         return f"slow rank: {slow_sentence(slow)}"
     return kind
+
+
+def training_lines(t: TrainingView | None, slow: tuple[SlowRank, ...], anomalies: int = 5) -> list[str]:
+    """``verltop snapshot``'s lines: the latest metrics, the newest anomalies, the slow ranks."""
+    out = []
+    if t is not None:
+        out.append(f"verl {header_metrics(t)}  ({len(t.metrics)} metrics)")
+        out += [f"ANOMALY: {anomaly_sentence(a)}" for a in sorted(t.anomalies, key=lambda a: a.step)[-anomalies:]]
+    out += [f"SLOW: {slow_sentence(r)}" for r in slow]
+    return out
