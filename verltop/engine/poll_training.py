@@ -53,7 +53,7 @@ class TrainingState:
 
 
 def trainer_actor(actors: list[RawActor]) -> RawActor | None:
-    """The live actor that runs verl's trainer (``TaskRunner``), if any: the newest one."""
+    """The live actor that runs verl's trainer (``TaskRunner``), if any (the last listed)."""
     found = [a for a in actors if a.state == "ALIVE" and R.base_role(a.class_name, a.name) == "controller"]
     return found[-1] if found else None
 
@@ -63,6 +63,7 @@ class TrainingPolls(SnapshotBuilding):
 
     @property
     def training(self) -> TrainingState:
+        """What is read of verl's metrics (made on first use: the monitor's ``__init__`` is ``PollState``'s)."""
         st = getattr(self, "_training", None)
         if st is None:
             st = self._training = TrainingState()
