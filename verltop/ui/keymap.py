@@ -18,7 +18,7 @@ MAIN = [
             "node, task, state, stall reason; !regex inverts)", id="filter"),
     Binding("t", "timeline", "Timeline", tooltip="the last training steps: each phase's time and how late the "
             "last rank arrived", id="timeline"),
-    Binding("h", "health", "Health", tooltip="training health from verl's logged metrics: a sparkline per metric, "
+    Binding("h", "health", "Health", show=False, tooltip="training health from verl's logged metrics: a sparkline per metric, "
             "anomalies at their steps, the phases' times, slow ranks", id="health"),
     Binding("s", "sort", "Sort", tooltip="sort within groups: rank → GPU → CPU → memory → task age → memory "
             "growth", id="sort"),

@@ -115,7 +115,7 @@ def _training_items(s: Snapshot) -> list[Text]:
     items = [_item((header_metrics(s.training), "cyan"))]
     tag = header_tag(s.training)
     if tag:
-        items.append(_item((f"⚠ {tag}", "bold red")))
+        items.append(_item((f"⚠ {tag}", "bold red"), ("  h: health", "grey50")))
     return items
 
 
