@@ -285,6 +285,38 @@ def bench_merge() -> list[tuple]:
     return [("stack merge + suspects, 4,096 synthetic ranks (median of 5)", f"{ms:.0f} ms", "≤ 100 ms", ms <= 100)]
 
 
+def bench_metrics() -> list[tuple]:
+    """verl's logged metrics at 1,000 steps of history: one poll (a 20-line log tail with one new step parsed,
+    the anomaly rules, the snapshot's view), and the first read of the whole history."""
+    from verl.utils.logger.aggregate_logger import concat_dict_to_str
+
+    from verltop.analysis.training import MetricHistory
+    from verltop.demo.metrics import RunMetrics
+    from verltop.sources import metrics_log as M
+
+    run = RunMetrics(0)
+    lines = [concat_dict_to_str(run.step(s), step=s) for s in range(1, 1201)]
+    h = MetricHistory()
+    t0 = time.perf_counter()
+    h.add_many(M.console_lines("\n".join(lines[:1000])))
+    h.view("actor_log", "TaskRunner")
+    first_ms = (time.perf_counter() - t0) * 1000
+    polls = []
+    for s in range(1000, 1200):
+        t0 = time.perf_counter()
+        last = h.last_step
+        h.add_many([(st, v) for st, v in M.console_lines("\n".join(lines[s - 19:s + 1]), last - 1) if st > last])
+        h.view("actor_log", "TaskRunner")
+        polls.append(time.perf_counter() - t0)
+    med, p95 = statistics.median(polls) * 1000, _p95(polls) * 1000
+    points = sum(len(p) for p in h.series.values())
+    return [(f"metrics poll at 1,000 steps of history, {len(h.series)} keys (median / p95 of 200)",
+             f"{med:.2f} / {p95:.2f} ms", "≤ 2 ms", p95 <= 2),
+            ("metrics: first read of 1,000 logged steps", f"{first_ms:.0f} ms", "-", None),
+            ("metrics kept (points over all keys)", f"{points:,}", f"≤ {len(h.series) * 1250:,}",
+             points <= len(h.series) * 1250)]
+
+
 def _spawn_ranks(n: int) -> list[subprocess.Popen]:
     code = ("import time\ndef waiting_in_collective():\n    time.sleep(3600)\n"
             "print('ready', flush=True)\nwaiting_in_collective()\n")
@@ -527,7 +559,8 @@ def main() -> int:
     ap.add_argument("--live", metavar="URL", help="only the live comparisons, on the Ray cluster at URL (its "
                     "dashboard; token from RAY_AUTH_TOKEN or ~/.ray/auth_token)")
     ap.add_argument("--runs", type=int, default=9, help="runs per live figure (default 9)")
-    ap.add_argument("--only", choices=("merge", "dump_local", "dump_children", "ui", "processes", "timeline", "live"),
+    ap.add_argument("--only", choices=("merge", "dump_local", "dump_children", "ui", "processes", "timeline", "live",
+                                       "metrics"),
                     help="run one measurement")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -545,8 +578,9 @@ def main() -> int:
 
     named = {"merge": bench_merge, "dump_local": bench_dump_local, "dump_children": bench_dump_children,
              "ui": lambda: bench_ui(a.quick), "processes": lambda: bench_processes(polls=10 if a.quick else 40),
-             "timeline": lambda: bench_timeline(a.quick), "live": lambda: bench_live(a.quick, a.runs)}
-    steps = [named[k] for k in ("merge", "dump_local", "dump_children", "ui", "processes", "timeline")]
+             "timeline": lambda: bench_timeline(a.quick), "live": lambda: bench_live(a.quick, a.runs),
+             "metrics": bench_metrics}
+    steps = [named[k] for k in ("merge", "dump_local", "dump_children", "ui", "processes", "timeline", "metrics")]
     if not (a.quick or a.no_live):
         steps.append(named["live"])
     if a.only:

@@ -74,6 +74,8 @@ def _shared(p: argparse.ArgumentParser, sub: bool = True) -> None:
     p.add_argument("--ras-addr", metavar="HOST:PORT", action="append", **d,
                    help="NCCL RAS address of a job on this machine (repeatable; default: each rank's NCCL_RAS_ADDR, "
                         "else localhost:28028)")
+    p.add_argument("--metrics-file", metavar="PATH", **d,
+                   help="verl's file-backend metrics (JSONL) to read instead of the trainer's log")
     p.add_argument("--log-file", metavar="FILE", **d,
                    help="where the TUI logs its own problems (default ~/.local/state/verltop/verltop.log)")
 
@@ -236,8 +238,10 @@ def _monitor(args: argparse.Namespace, nvml: bool | None = True, prefetch: Any =
     from verltop.sources.config import resolve
 
     iv, st = _settings(args)
-    return oneshot.monitor(resolve(args.address), iv, st, use_local=not args.no_local,
-                           ras_addrs=tuple(args.ras_addr or ()), nvml=nvml, prefetch=prefetch)
+    mon = oneshot.monitor(resolve(args.address), iv, st, use_local=not args.no_local,
+                          ras_addrs=tuple(args.ras_addr or ()), nvml=nvml, prefetch=prefetch)
+    mon.training.metrics_file = getattr(args, "metrics_file", None)
+    return mon
 
 
 async def _snapshot(args: argparse.Namespace, prefetch: Any = None) -> int:
@@ -363,6 +367,7 @@ def _tui(args: argparse.Namespace, demo: Any = None) -> int:
 
     iv, st = _settings(args)
     mon = Monitor(resolve(args.address), iv, st, use_local=not args.no_local, ras_addrs=tuple(args.ras_addr or ()))
+    mon.training.metrics_file = getattr(args, "metrics_file", None)
     recorder = None
     if getattr(args, "record", None):
         from verltop.cli_watch import record_writer

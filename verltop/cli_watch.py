@@ -189,6 +189,7 @@ def watch(args: argparse.Namespace) -> int:
     mon = Monitor(endpoint, Intervals.every(interval, args.timeout), StallSettings(stall_after_s=stall_after),
                   use_local=not getattr(args, "no_local", False),
                   ras_addrs=tuple(getattr(args, "ras_addr", None) or ()))
+    mon.training.metrics_file = getattr(args, "metrics_file", None)
 
     def say(line: str) -> None:
         print(line, flush=True)

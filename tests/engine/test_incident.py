@@ -10,7 +10,7 @@ from tests.analysis.test_incidents import T0, demo_report, snap
 from verltop.engine.incident import Incident, incident_dir, prune_incidents
 from verltop.text.contract import chain_json, dump_json, suspect_json
 
-KEYS = {"id", "started_at", "detected_at", "closed_at", "phase", "groups", "suspects", "chains", "evidence",
+KEYS = {"kind", "id", "started_at", "detected_at", "closed_at", "phase", "groups", "suspects", "chains", "evidence",
         "deaths", "waits", "summary", "recording", "dump", "captures", "escalations"}
 
 
@@ -24,6 +24,7 @@ def test_files_and_contract(tmp_path):
     inc.write()
     doc = json.loads((d / "incident.json").read_text())
     assert set(doc) == KEYS and doc["dump"] == "dump.json" and doc["recording"] is None  # not exported here
+    assert doc["kind"] == "hang"
     assert doc["suspects"] == [suspect_json(s_) for s_ in demo_report().suspects]
     assert doc["chains"] == [chain_json(c) for c in demo_report().chains] and doc["chains"]  # the dump's wait chains
     assert "Wait chains: " in doc["summary"] and "_stuck_rollout" in doc["summary"].split("Wait chains: ")[1]

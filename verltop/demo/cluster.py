@@ -42,6 +42,8 @@ for _mod in ("ray", "torch", "verl"):
         raise ImportError(f"verltop demo needs {_mod}", name=_mod)
 
 HANG_REQUEST_FILE = "hang_request"
+NAN_REQUEST_FILE = "nan_request"  # as in job.py
+METRICS_FILE = "metrics.jsonl"
 HANG_TARGETS = ("rank", "late", "tp1", "sandbox")  # as in job.py (which imports ray)
 # Duplicated from workers.py / job.py to keep this module free of torch and verl imports.
 HUNG_FILE = "hung"
@@ -75,6 +77,23 @@ class DemoHandle:
         if target not in HANG_TARGETS:
             raise ValueError(f"unknown hang target {target!r} (one of {', '.join(HANG_TARGETS)})")
         Path(self.hang_file).write_text(json.dumps({"target": target, "time": time.time()}))
+
+    def request_nan(self) -> None:
+        """Ask the controller to log a NaN ``actor/grad_norm`` at its next step (no Ray needed)."""
+        Path(self.state_dir, NAN_REQUEST_FILE).write_text(str(time.time()))
+
+    def logged_metrics(self) -> dict[int, dict[str, float | None]]:
+        """step -> what the controller logged through verl's Tracking (its file backend; NaN/inf as None)."""
+        out: dict[int, dict[str, float | None]] = {}
+        try:
+            lines = Path(self.state_dir, METRICS_FILE).read_text().splitlines()
+        except OSError:
+            return out
+        for line in lines:
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                doc = json.loads(line)
+                out[doc["step"]] = doc["data"]
+        return out
 
     def hung(self) -> bool:
         """True while the hang is in place: the stuck rank writes the marker when it stops taking part."""

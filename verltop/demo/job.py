@@ -42,6 +42,8 @@ TASK_RUNNER_CPUS = 1
 PROGRESS_FILE = "progress.json"
 PHASE_LOG = "phases.jsonl"  # one line per phase as it begins: the job's own timing, for comparisons
 HANG_TARGETS = ("rank", "late", "tp1", "sandbox")
+METRICS_FILE = "metrics.jsonl"  # verl's file logger writes every logged step here
+NAN_REQUEST_FILE = "nan_request"  # present: the next step logs a NaN actor/grad_norm (the N key)
 AGENT_LOOP_WORKERS = 2
 PROMPTS_PER_WORKER = 4
 
@@ -117,37 +119,56 @@ class TaskRunner:
         actor.init_model()
         ray.get(server_ready)
 
+        # verl's trainer logs each step through Tracking; its console backend prints to this actor's stdout
+        from verl.utils.tracking import Tracking
+
+        from verltop.demo.metrics import RunMetrics
+
+        # the file backend too: what was logged, for comparisons (it prints "Creating file logger at …")
+        os.environ["VERL_FILE_LOGGER_PATH"] = str(self.state_dir / METRICS_FILE)
+        tracking = Tracking(project_name="verltop_demo", experiment_name="demo", default_backend=["console", "file"])
+        run_metrics = RunMetrics(seed, gpus=8)
         step = 0
         pending: str | None = None  # a hang target taken, waiting for its point in the step
         while max_steps is None or step < max_steps:
             step += 1
+            timer = _Timer()
             pending = pending or self._take_hang_request(step)
             hang_sandbox = pending == "sandbox"
             self._progress(step, "gen", hanging=hang_sandbox)
+            timer.mark("gen")
             pending = None if hang_sandbox else pending
             # verl's AgentLoopManager.generate_sequences: the batch split over the agent-loop workers
             ray.get([w.generate_sequences.remote(step, PROMPTS_PER_WORKER, hang_sandbox and i == 0)
                      for i, w in enumerate(agent_loops)])
             self._progress(step, "reward")
+            timer.mark("reward")
             rm.compute_rm_score(step=step)
             self._progress(step, "old_log_prob")
+            timer.mark("old_log_prob")
             actor.compute_log_prob(step=step)
             self._progress(step, "ref")
+            timer.mark("ref")
             ref.compute_ref_log_prob(step=step)
             self._progress(step, "values")
+            timer.mark("values")
             critic.compute_values(step=step)
             self._progress(step, "adv")
+            timer.mark("adv")
             self._compute_advantage(step)
             self._progress(step, "update_critic")
+            timer.mark("update_critic")
             critic.update_critic(step=step)
             pending = pending or self._take_hang_request(step)
             hang_now = pending in ("rank", "late")
             self._progress(step, "update_actor", hanging=hang_now)
+            timer.mark("update_actor")
             late = pending == "late"
             pending = None if hang_now else pending
             # While hanging, this ray.get (inside verl's func_generator) never returns.
             actor.update_actor(step=step, hang_rank=hang_rank if hang_now else -1, hang_late=late)
             self._progress(step, "update_weights")
+            timer.mark("update_weights")
             actor.update_weights(step=step)
             pending = pending or self._take_hang_request(step)
             hang_now = pending == "tp1"
@@ -156,6 +177,9 @@ class TaskRunner:
             # the rollout server's TP workers load the new weights (TP worker 1 hangs there on request)
             ray.get(server.update_weights.remote(step, 1 if hang_now else -1))
             self._progress(step, "done")
+            nan = (self.state_dir / NAN_REQUEST_FILE).exists()
+            (self.state_dir / NAN_REQUEST_FILE).unlink(missing_ok=True)
+            tracking.log(data=run_metrics.step(step, timer.done(), nan_grad=nan), step=step)
         return step
 
     # -- helpers -----------------------------------------------------------------------------------------
@@ -201,3 +225,22 @@ class TaskRunner:
         d = self.state_dir / PIDS_DIR
         d.mkdir(parents=True, exist_ok=True)
         (d / str(os.getpid())).write_text(json.dumps({"role": "task_runner", "rank": 0}))
+
+
+class _Timer:
+    """Seconds per section of a step, as verl's ``marked_timer`` gives ``timing_s/<name>``."""
+
+    def __init__(self) -> None:
+        self.start = self.at = time.perf_counter()
+        self.name: str | None = None
+        self.times: dict[str, float] = {}
+
+    def mark(self, name: str) -> None:
+        now = time.perf_counter()
+        if self.name is not None:
+            self.times[self.name] = self.times.get(self.name, 0.0) + now - self.at
+        self.name, self.at = name, now
+
+    def done(self) -> dict[str, float]:
+        self.mark("")
+        return {**{k: v for k, v in self.times.items() if k}, "step": time.perf_counter() - self.start}

@@ -129,6 +129,10 @@ def _settle(fut: asyncio.Future[dict[str, Any]], value: Any) -> None:
         fut.set_result(value)
 
 
+LATE_WORKER = 1  # agent_loop_worker_1 ends every generation this much after its peer
+LATE_WORKER_S = 2.0
+
+
 class AgentLoopWorker:
     """Runs the agent loops of its share of the batch: generate on the server, then score."""
 
@@ -147,6 +151,8 @@ class AgentLoopWorker:
                                       hang_sandbox and i == 0)
                  for i in range(num_prompts)]
         outs = await asyncio.gather(*loops)
+        if self.index == LATE_WORKER:  # its share always holds the longest response (verl#658's long tail)
+            await asyncio.sleep(LATE_WORKER_S)
         return {"worker": self.index, "responses": len(outs), "score": sum(o["score"] for o in outs) / len(outs)}
 
     async def _run_agent_loop(self, step: int, i: int, prompt: list[int], hang_sandbox: bool) -> dict[str, Any]:

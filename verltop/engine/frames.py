@@ -16,7 +16,8 @@ do) is stored as its own first part followed by ``+``.
 
 Frame JSON (documented in docs/recording.md):
 keyframe ``{"t", "s": {scalars}, "src": [sources], "n": [nodes], "a": [actors]}``;
-delta ``{"t", "s": {changed scalars}, "src"?: [sources], "n"?: changes, "a"?: changes}`` where changes are
+delta ``{"t", "s": {changed scalars}, "src"?: [sources], "n"?: changes, "a"?: changes, "tr"?: verl's metrics
+added by a step (``frames_training``)}`` where changes are
 ``{"set": [[position, {field: value}]...], "new": [whole rows], "del": [ids], "ord"?: [ids in order]}``.
 """
 
@@ -26,6 +27,7 @@ import typing
 from typing import Any
 
 from verltop.codec import decoder, fields_of, to_data
+from verltop.engine.frames_training import apply_training, training_delta
 from verltop.model import ActorRow, Node, Snapshot, SourceStatus, Stall
 
 # every other field of a snapshot (phase, progress, orphans, and what later versions add) goes in "s"
@@ -146,7 +148,13 @@ class DeltaEncoder:
             return True, frame
         prev = self.prev
         out: dict[str, Any] = {"t": t}
-        sc = {k: to_data(getattr(s, k)) for k in SCALARS if getattr(s, k) != getattr(prev, k)}
+        sc = {k: to_data(getattr(s, k)) for k in SCALARS if k != "training" and getattr(s, k) != getattr(prev, k)}
+        if s.training != prev.training:  # verl's metrics: only what a new step added, when that says it all
+            tr = training_delta(prev.training, s.training)
+            if tr is None:
+                sc["training"] = to_data(s.training)
+            else:
+                out["tr"] = tr
         if sc:
             out["s"] = sc
         if s.sources != prev.sources:
@@ -260,6 +268,8 @@ class SnapshotState:
             return  # a delta without its keyframe (the start of a damaged file): wait for the next keyframe
         else:
             self.scalars.update(f.get("s") or {})
+            if "tr" in f:
+                self.scalars["training"] = apply_training(self.scalars.get("training"), f["tr"])
             if "src" in f:
                 self.sources = f["src"]
             self.node_order = _apply(self.nodes, self.node_order, f.get("n"), "node_id")

@@ -3,9 +3,10 @@ paragraph), ``incident.json``, ``dump.json`` (the ``dump --json`` contract) and 
 recording around it). Written when the incident opens and rewritten as it escalates and when it ends; each
 file is replaced whole (written beside it, then renamed), mode 0600, so a reader never sees half a file.
 
-``incident.json``: ``{"id", "started_at", "detected_at", "closed_at", "phase", "groups", "suspects",
+``incident.json``: ``{"kind", "id", "started_at", "detected_at", "closed_at", "phase", "groups", "suspects",
 "chains", "evidence", "deaths", "waits", "summary", "recording", "dump", "captures", "escalations"}``;
-times are Unix seconds; unknown values are null, lists empty, never absent.
+times are Unix seconds; unknown values are null, lists empty, never absent. ``kind`` is "hang" or "death" here;
+"anomaly" and "slow" incidents are written by ``engine.watch_training``.
 """
 
 from __future__ import annotations
@@ -84,6 +85,7 @@ class Incident:
     diagnosis: Diagnosis | None = None
     summary: str = ""
     recording_bytes: int | None = None
+    kind: str = "hang"  # "hang" (a stall opened it) or "death" (a rank died, nothing stalled)
 
     def escalate(self, t: float, kind: str, text: str) -> None:
         self.escalations.append({"at": t, "kind": kind, "text": text})
@@ -104,6 +106,7 @@ class Incident:
         d = self.diagnosis
         chains_json, _ = chain_texts(self.report)
         return {
+            "kind": self.kind,
             "id": self.id,
             "started_at": self.started_at,
             "detected_at": self.detected_at,

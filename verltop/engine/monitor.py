@@ -25,6 +25,7 @@ from verltop.engine.poll_history import HistoryPolls
 from verltop.engine.poll_local import LocalPolls
 from verltop.engine.poll_nodes import NodePolls
 from verltop.engine.poll_tasks import TaskPolls
+from verltop.engine.poll_training import TRAINING_EVERY_S, TrainingPolls
 from verltop.engine.polling import FIRST_FRAME_GRACE_S, ROLES_EVERY_S, Intervals, SourceState
 from verltop.engine.snapshots import SnapshotBuilding
 from verltop.model import ActorRow, Problem, Snapshot
@@ -40,7 +41,7 @@ __all__ = ["Intervals", "Monitor", "SourceState"]
 log = logging.getLogger("verltop.engine")
 
 
-class Monitor(ActorPolls, TaskPolls, HistoryPolls, NodePolls, LocalPolls, SnapshotBuilding):
+class Monitor(ActorPolls, TaskPolls, HistoryPolls, NodePolls, LocalPolls, TrainingPolls, SnapshotBuilding):
     """Polls the dashboard and this machine and publishes snapshots of the joined view."""
 
     # ---------------------------------------------------------- Engine
@@ -85,6 +86,7 @@ class Monitor(ActorPolls, TaskPolls, HistoryPolls, NodePolls, LocalPolls, Snapsh
             (self._poll_roles, lambda: ROLES_EVERY_S, None),
             (self._poll_trees, lambda: min(2.0, self.iv.trees_s), None),
             (self._poll_pending, lambda: self.iv.actors_s, self.pending.state),  # it decides when to read
+            (self._poll_training, lambda: max(self.iv.tasks_s, TRAINING_EVERY_S), None),
         ]
         if self.use_local:
             loop_specs.append((self._poll_local, lambda: self.iv.local_s, self.src.local))
@@ -238,6 +240,8 @@ class Monitor(ActorPolls, TaskPolls, HistoryPolls, NodePolls, LocalPolls, Snapsh
         if seed:
             jobs.append(self._seed_history())
         await asyncio.gather(*jobs)
+        if seed:  # a snapshot (not a dump): verl's logged metrics too
+            await self._guarded(self._poll_training, None)
         t0 = time.monotonic()
         if node_details and cpu_window_s <= 0:  # this machine's actors take the agent's CPU % too: read at once
             await asyncio.gather(self._poll_local(), self._poll_node_details(all_nodes=True, with_local=True))

@@ -7,9 +7,10 @@ import logging
 from dataclasses import replace
 from typing import Any
 
+from verltop.analysis.slow_ranks import slow_ranks
 from verltop.analysis.snapshot_build import ClusterData, build_snapshot
 from verltop.engine.polling import PollState
-from verltop.model import ActorRow, Node, ProcStat, Snapshot, SourceStatus
+from verltop.model import ActorRow, Node, ProcStat, Snapshot, SourceStatus, TrainingView
 from verltop.sources.local import LocalSample
 
 log = logging.getLogger("verltop.engine")
@@ -66,8 +67,13 @@ class SnapshotBuilding(PollState):
         snap = build_snapshot(data, self.hist, now, self.stall)
         self.trends.record(snap.actors, now)
         actors = {a.actor_id: a for a in data.actors}
-        return replace(snap, steps=self.timeline.steps(now, snap.actors),
-                       work=self.work.summary(self.waiting, actors, snap.actors))
+        steps = self.timeline.steps(now, snap.actors)
+        return replace(snap, steps=steps, work=self.work.summary(self.waiting, actors, snap.actors),
+                       training=self.training_view(), slow_ranks=slow_ranks(steps, snap.actors))
+
+    def training_view(self) -> TrainingView | None:
+        """verl's metrics as read so far (the metrics poller overrides this)."""
+        return None
 
     def trend(self, actor_id: str, now: float | None = None) -> Any:
         """The actor's trend rings (``analysis.trends.Trend``), or None."""

@@ -35,6 +35,7 @@ from verltop.engine.notify import post_webhook, run_hook, scrub
 from verltop.engine.recording_format import SEGMENTS
 from verltop.engine.recording_reader import Recording, export_window
 from verltop.engine.recording_writer import Limits, Recorder, RecordingWriter
+from verltop.engine.watch_training import TrainingIncidents
 from verltop.model import ActorRow, CollectiveInfo, Problem, Snapshot
 from verltop.sources.pyspy import DumpOptions
 from verltop.text.cells import utc_time
@@ -91,6 +92,7 @@ class Watcher:
         self._dropped = 0
         self._unsub: Callable[[], None] | None = None
         self._failures_seen: set[str] = set()  # failed calls already told (task ids)
+        self.training = TrainingIncidents(self)  # anomaly and slow incidents
 
     # ---------------------------------------------------------- lifecycle
 
@@ -178,6 +180,7 @@ class Watcher:
             self._failures_seen.update(failed)
             if self.tracker.open:
                 self._spawn(self._peers_failed(failed, snap))
+        self.training.update(snap)
 
     async def _handle(self, ev: IncidentEvent, snap: Snapshot) -> None:
         async with self._lock:
@@ -246,7 +249,7 @@ class Watcher:
         cfg = self.cfg
         d = incident_dir(cfg.dir, ev.at, ev.groups[0] if ev.groups else "job")
         inc = Incident(d.name, d, ev.started_at, ev.at, list(ev.groups), snap.phase, last_event_at=ev.at, first=snap,
-                       snap=snap)
+                       snap=snap, kind="death" if ev.died and not ev.stalled else "hang")
         self.current, self.job = inc, None
         log.info("stall in %s (%d stalled, %d died): capturing", ", ".join(ev.groups), len(ev.stalled),
                  len(ev.died))

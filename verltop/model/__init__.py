@@ -55,10 +55,13 @@ from verltop.model.stacks import (
     Where,
 )
 from verltop.model.steps import PHASES, GroupWork, PhaseRun, Step
+from verltop.model.training import ANOMALY_KINDS, Anomaly, SlowRank, TrainingView
 
 __all__ = [
+    "ANOMALY_KINDS",
     "PHASES",
     "ActorRow",
+    "Anomaly",
     "BlockedOn",
     "Capacity",
     "Chain",
@@ -103,6 +106,7 @@ __all__ = [
     "RawPlacementGroup",
     "RawTask",
     "Resources",
+    "SlowRank",
     "Snapshot",
     "SourceStatus",
     "StackGroup",
@@ -111,5 +115,6 @@ __all__ = [
     "Suspect",
     "SuspectWhy",
     "ThreadStack",
+    "TrainingView",
     "Where",
 ]

@@ -83,6 +83,7 @@ class RawJob:
     status: str | None
     driver_pid: int | None
     driver_ip: str | None
+    submission_id: str | None = None  # jobs started with `ray job submit` (their driver's log is served)
 
 
 @dataclass(frozen=True, slots=True)

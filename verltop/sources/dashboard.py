@@ -277,6 +277,12 @@ async def fetch_process_log_tail(
                            timeout_s)
 
 
+async def fetch_job_log_tail(client: DashboardClient, submission_id: str, lines: int = 200,
+                             timeout_s: float = 10.0) -> Result[str]:
+    """The last ``lines`` of a submitted job's driver log (``job-driver-<submission id>.log``)."""
+    return await _log_file(client, [("submission_id", submission_id), ("lines", str(lines))], timeout_s)
+
+
 async def _log_file(client: DashboardClient, params: list[tuple[str, str]], timeout_s: float) -> Result[str]:
     """The tail of one log file, as text (the dashboard picks the file from ``params``)."""
     reply = await client.get("/api/v0/logs/file", params, timeout_s)

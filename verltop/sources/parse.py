@@ -302,7 +302,8 @@ def jobs(doc: Any) -> list[RawJob]:
             continue
         d = _dict(r.get("driver_info"))
         out.append(RawJob(job_id=jid, status=(_str(r.get("status")) or "").upper() or None,
-                          driver_pid=_int(d.get("pid")) or None, driver_ip=_str(d.get("node_ip_address")) or None))
+                          driver_pid=_int(d.get("pid")) or None, driver_ip=_str(d.get("node_ip_address")) or None,
+                          submission_id=_str(r.get("submission_id")) or None))
     return out
 
 

@@ -18,7 +18,9 @@ INVALID = "invalid address"
 # Read-only endpoints, the only paths verltop ever asks for (Ray 2.50–2.52 has a GET that kills actors).
 ALLOWED_PATHS = (
     re.compile(r"^/api/v0/(actors|tasks|nodes)$"),
-    re.compile(r"^/api/v0/(objects|jobs)$"),  # read only while a dump runs (wait chains, the driver)
+    # read while a dump runs (wait chains, the driver); jobs also every 30 s while no trainer actor exists (its
+    # metrics are then in a submitted driver's log)
+    re.compile(r"^/api/v0/(objects|jobs)$"),
     re.compile(r"^/nodes$"),
     re.compile(r"^/nodes/[0-9a-fA-F]{8,64}$"),
     re.compile(r"^/api/v0/logs/file$"),

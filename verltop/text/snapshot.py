@@ -9,6 +9,7 @@ from verltop.text.cells import age, duration, pct, size, table
 from verltop.text.pending import pending_lines
 from verltop.text.processes import narrow_title
 from verltop.text.stalls import stall_reasons
+from verltop.text.training import training_lines
 
 
 def snapshot_text(s: Snapshot) -> str:
@@ -21,6 +22,7 @@ def snapshot_text(s: Snapshot) -> str:
             f"phase {s.phase or '-'}  last progress {age(s.progress_s)} ago"]
     if s.steps:
         head.append(steps_text(s))
+    head += training_lines(s.training, s.slow_ranks)
     for e in s.errors:
         head.append(f"WARNING: {e}")
     if s.truncated:

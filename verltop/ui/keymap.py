@@ -18,6 +18,8 @@ MAIN = [
             "node, task, state, stall reason; !regex inverts)", id="filter"),
     Binding("t", "timeline", "Timeline", tooltip="the last training steps: each phase's time and how late the "
             "last rank arrived", id="timeline"),
+    Binding("h", "health", "Health", show=False, tooltip="training health from verl's logged metrics: a sparkline per metric, "
+            "anomalies at their steps, the phases' times, slow ranks", id="health"),
     Binding("s", "sort", "Sort", tooltip="sort within groups: rank → GPU → CPU → memory → task age → memory "
             "growth", id="sort"),
     Binding("g", "group", "Group", tooltip="group rows by worker group → role → node", id="group"),
@@ -38,6 +40,8 @@ MAIN = [
     Binding("T", "inject_tp_hang", "TP hang (demo)", show=False, key_display="T",
             tooltip="(verltop demo only) make TP worker 1 of the rollout server hang while it loads weights",
             id="inject-tp-hang"),
+    Binding("N", "inject_nan", "NaN (demo)", show=False, key_display="N",
+            tooltip="(verltop demo only) log a NaN grad norm at the next step", id="inject-nan"),
 ]
 
 # `verltop replay`: added to the main screen's keys. ←/→ take priority over the table's sideways scroll.
@@ -112,6 +116,11 @@ TIMELINE = [
     Binding("q", "app.pop_screen", "Back", show=False, tooltip="back", id="back-q"),
 ]
 
+HEALTH = [
+    Binding("escape", "app.pop_screen", "Back", tooltip="back", id="back"),
+    Binding("q", "app.pop_screen", "Back", show=False, tooltip="back", id="back-q"),
+]
+
 PENDING = [
     Binding("escape", "app.pop_screen", "Back", tooltip="back", id="back"),
     Binding("q", "app.pop_screen", "Back", show=False, tooltip="back", id="back-q"),
@@ -137,6 +146,7 @@ SECTIONS = (
     ("A rank's full stack (Enter on the stack screen)", RANK_STACK),
     ("Details (Enter or l on an actor)", DETAILS),
     ("Step timeline (t)", TIMELINE),
+    ("Training health (h)", HEALTH),
     ("A pending placement group or task (Enter on its line)", PENDING),
     ("Nodes view (n): every node's checks side by side", NODES),
     ("This help", HELP),

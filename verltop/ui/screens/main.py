@@ -127,6 +127,23 @@ class MainScreen(Screen):
 
         self.app.push_screen(TimelineScreen())
 
+    def action_health(self) -> None:
+        from verltop.ui.screens.health import HealthScreen
+
+        self.app.push_screen(HealthScreen())
+
+    def action_inject_nan(self) -> None:
+        demo = self.app.demo
+        if demo is None:
+            self.message("N only works in `verltop demo`")
+            return
+        try:
+            demo.request_nan()
+        except OSError as e:
+            self.message(f"could not plant the NaN: {e}", "error")
+            return
+        self.message("demo: the next step logs a NaN actor/grad_norm — h shows it, the header tags it")
+
     def action_sort(self) -> None:
         self.sort = SORTS[(SORTS.index(self.sort) + 1) % len(SORTS)]
         self.message(f"sort: {self.sort}")

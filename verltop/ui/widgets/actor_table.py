@@ -211,6 +211,10 @@ class ActorTable(ScrollView, can_focus=True):
             return _middle(v, len(r.branch), c.width) if c.key == "role" and isinstance(v, Text) else v
         assert r.actor is not None
         v = actor_cell(r.actor, c, self.now)
+        if c.key == "why" and r.note:  # a slow rank: "+41s gen"
+            t = v.copy() if isinstance(v, Text) else Text(v)
+            t.append(("  " if t.plain else "") + r.note, style="bold dark_orange")
+            return t
         if c.key == "role" and r.marker:
             t = Text(r.marker + " ", style="grey50")
             t.append_text(v) if isinstance(v, Text) else t.append(v)

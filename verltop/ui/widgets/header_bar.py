@@ -15,6 +15,7 @@ from rich.text import Text
 from verltop.engine.base import Playback
 from verltop.model import Problem, Snapshot
 from verltop.text.cells import age, duration, size
+from verltop.text.training import header_metrics, header_tag
 from verltop.ui.render import bar
 from verltop.ui.widgets.text_line import TextLine
 
@@ -104,7 +105,18 @@ def header_items(s: Snapshot | None, paused: bool, problem: Problem | None = Non
     third += [_item((e, "yellow")) for e in _errors(s)]
     if s.truncated:
         third.append(_item((s.truncated, "yellow")))
-    return [row for row in (*replay, first, second, third) if row]
+    return [row for row in (*replay, first, second, _training_items(s), third) if row]
+
+
+def _training_items(s: Snapshot) -> list[Text]:
+    """verl's latest logged metrics and the newest anomaly's tag (h: the health screen)."""
+    if s.training is None:
+        return []
+    items = [_item((header_metrics(s.training), "cyan"))]
+    tag = header_tag(s.training)
+    if tag:
+        items.append(_item((f"⚠ {tag}", "bold red"), ("  h: health", "grey50")))
+    return items
 
 
 def _errors(s: Snapshot) -> list[str]:

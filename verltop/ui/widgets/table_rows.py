@@ -12,6 +12,7 @@ from verltop.model import ActorRow, GroupWork, Snapshot
 from verltop.text.cells import plural
 from verltop.text.marks import held_up_text, mark_tag
 from verltop.text.stalls import stall_reasons
+from verltop.text.training import slow_tag
 from verltop.ui.widgets import pending_rows
 from verltop.ui.widgets import process_rows as PR
 from verltop.ui.widgets.table_cells import growth_bytes_per_min
@@ -114,6 +115,7 @@ def layout_rows(snap: Snapshot, grouping: str, sort: str, rx: re.Pattern[str] | 
         rows.extend(Row(pending_rows.key_of(p), pending=p) for p in shown)
     work = {w.group: w for w in snap.work} if grouping == "group" else {}
     marks = marks or {}
+    slow = {r.actor_id: slow_tag(r) for r in snap.slow_ranks if r.actor_id}
     for name, members in groups.items():  # snapshot order: controller, groups, others
         if sort != "rank":
             members = sorted(members, key=lambda a: _sort_value(a, sort))
@@ -124,10 +126,11 @@ def layout_rows(snap: Snapshot, grouping: str, sort: str, rx: re.Pattern[str] | 
             m = marks.get(a.actor_id)
             tag = mark_tag(m) if m is not None else ""
             if not a.processes:
-                rows.append(Row(a.actor_id, actor=a, mark=tag))
+                rows.append(Row(a.actor_id, actor=a, mark=tag, note=slow.get(a.actor_id, "")))
                 continue
             open_ = PR.is_open(a, toggled, defaults)
-            rows.append(Row(a.actor_id, actor=a, marker="▾" if open_ else "▸", mark=tag))
+            rows.append(Row(a.actor_id, actor=a, marker="▾" if open_ else "▸", mark=tag,
+                            note=slow.get(a.actor_id, "")))
             if open_:
                 child = m.suspect.pid if m is not None and m.process else None
                 rows.extend(Row(f"proc:{a.actor_id}:{p.pid}", proc=p, parent=a, branch=b,

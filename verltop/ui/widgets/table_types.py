@@ -34,7 +34,7 @@ class Row:
     proc: ProcRow | None = None
     parent: ActorRow | None = None
     branch: str = ""  # process rows: the tree's drawing before the title
-    note: str = ""  # orphans: whose they were
+    note: str = ""  # orphans: whose they were; actors: a slow rank's mark ("+41s gen")
     marker: str = ""  # actor rows with processes: ▾ open, ▸ closed
     pending: PendingItem | None = None  # a line of the "pending" group (ui/widgets/pending_rows.py)
     mark: str = ""  # a suspect of the last dump: its few words, first in STALLED (text/marks.py)
@@ -64,7 +64,7 @@ class Row:
                   None if a.gpu_mem_bytes is None else a.gpu_mem_bytes >> 20, a.gpu_mem_total_bytes,
                   None if a.cpu_percent is None else round(a.cpu_percent),
                   None if a.rss_bytes is None else a.rss_bytes >> 20, a.host_mem_total_bytes, a.state, a.task,
-                  a.stalls, a.trend, a.num_restarts, self.mark)
+                  a.stalls, a.trend, a.num_restarts, self.mark, self.note)
         # the age ticks every second; kept apart so the rest of the row is not re-rendered for it
         return (static, _int_age(a, now))
 
