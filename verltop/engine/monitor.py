@@ -89,6 +89,7 @@ class Monitor(ActorPolls, TaskPolls, HistoryPolls, NodePolls, LocalPolls, Snapsh
         if self.use_local:
             loop_specs.append((self._poll_local, lambda: self.iv.local_s, self.src.local))
             loop_specs.append((self._poll_ras, lambda: self.iv.tasks_s, None))
+            loop_specs.append((self._poll_rollout, lambda: self.iv.rollout_s, None))
         for fn, iv, st in loop_specs:
             self._tasks.append(asyncio.create_task(self._loop(fn, iv, st), name=f"verltop-{fn.__name__}"))
         self._tasks.append(asyncio.create_task(self._seed_with_retries()))
@@ -103,6 +104,7 @@ class Monitor(ActorPolls, TaskPolls, HistoryPolls, NodePolls, LocalPolls, Snapsh
         self._tasks.clear()
         await self.timeline.stop()
         await self.remote.close()
+        await self.rollout.close()
         await self.client.close()
         if self.sampler and self.sampler.nvml_open:
             await asyncio.to_thread(self.sampler.close)
@@ -242,6 +244,8 @@ class Monitor(ActorPolls, TaskPolls, HistoryPolls, NodePolls, LocalPolls, Snapsh
             await self._poll_local()
             if node_details:
                 await self._poll_node_details(all_nodes=True)
+        if self.use_local:
+            await self._guarded(self._poll_rollout, None)
         if ras and self.use_local:
             addrs = self.ras_addresses(self.snapshot().actors)
             if addrs:
@@ -268,6 +272,12 @@ class Monitor(ActorPolls, TaskPolls, HistoryPolls, NodePolls, LocalPolls, Snapsh
     async def _poll_pending(self, force: bool = False) -> None:
         """Unplaced placement groups and waiting tasks: fast while something is pending, else slowly."""
         await self.pending.poll(self.src.actors.value or [], self._record, force=force)
+
+    async def _poll_rollout(self) -> None:
+        """The rollout servers' own load (each one's /metrics), on this machine."""
+        node_ips = {n.node_id: n.ip for n in self.src.nodes.value or [] if n.ip}
+        if await self.rollout.poll(self.src.actors.value or [], self.local_node_ids(), node_ips, self.clock()):
+            self._dirty.set()
 
     # ---------------------------------------------------------- one-shot building blocks (engine/oneshot.py)
 

@@ -13,6 +13,7 @@ from verltop.analysis.snapshot_build import ClusterData
 from verltop.analysis.stalls import StallSettings
 from verltop.engine.base import Engine
 from verltop.engine.pending import PendingWatch
+from verltop.engine.rollout_load import RolloutWatch
 from verltop.engine.timeline import Timeline, TrendStore, Work
 from verltop.engine.trees import RemoteTrees
 from verltop.model import ActorRow, Node, Problem, RasReport, RawActor, RawTask, Snapshot, SourceStatus
@@ -41,6 +42,7 @@ class Intervals:
     waiting_s: float = 5.0  # tasks waiting to run (per group, with retries)
     # process trees of other nodes (through a probe): only nodes asked about, while on screen
     trees_s: float = 10.0
+    rollout_s: float = 5.0  # the rollout servers' own /metrics (this machine's)
 
     @classmethod
     def every(cls, interval_s: float, timeout_s: float = 10.0) -> Intervals:
@@ -137,6 +139,7 @@ class PollState(Engine):
         self.trends = TrendStore()
         self.work = Work()
         self.waiting: list[RawTask] = []  # tasks submitted and not running (per-group counts)
+        self.rollout = RolloutWatch(timeout_s=min(2.0, self.iv.timeout_s))
 
     def _record(self, st: SourceState, r: D.Result) -> bool:
         st.tries += 1

@@ -67,7 +67,8 @@ class SnapshotBuilding(PollState):
         self.trends.record(snap.actors, now)
         actors = {a.actor_id: a for a in data.actors}
         return replace(snap, steps=self.timeline.steps(now, snap.actors),
-                       work=self.work.summary(self.waiting, actors, snap.actors))
+                       work=self.work.summary(self.waiting, actors, snap.actors),
+                       rollout=self.rollout.view(a.actor_id for a in snap.actors))
 
     def trend(self, actor_id: str, now: float | None = None) -> Any:
         """The actor's trend rings (``analysis.trends.Trend``), or None."""

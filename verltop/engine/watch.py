@@ -90,8 +90,14 @@ class Watcher:
         self._lockfile: int | None = None
         self._dropped = 0
         self._unsub: Callable[[], None] | None = None
+        self.on_open: list[Callable[[str], None]] = []  # told each new incident's kind (the metrics endpoint)
 
     # ---------------------------------------------------------- lifecycle
+
+    def suspects(self) -> int:
+        """How many processes the incident under way names as suspects (0 without one, or no capture)."""
+        inc = self.current
+        return len(inc.report.suspects) if inc is not None and inc.report is not None else 0
 
     def _take_lock(self) -> None:
         self.cfg.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -212,6 +218,8 @@ class Watcher:
         inc = Incident(d.name, d, ev.started_at, ev.at, list(ev.groups), snap.phase, last_event_at=ev.at, first=snap,
                        snap=snap)
         self.current, self.job = inc, None
+        for fn in self.on_open:
+            fn("hang" if ev.stalled else "death")
         log.info("stall in %s (%d stalled, %d died): capturing", ", ".join(ev.groups), len(ev.stalled),
                  len(ev.died))
         recent = [t for t in self.captures if t > time.time() - 3600]

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from verltop.model.pending import PendingItem
 from verltop.model.raw import Node
+from verltop.model.rollout import RolloutLoad
 from verltop.model.rows import ActorRow, ProcRow, SourceStatus
 from verltop.model.steps import GroupWork, Step
 
@@ -30,6 +31,7 @@ class Snapshot:
     pending: tuple[PendingItem, ...] = ()  # placement groups, actors and tasks Ray has not placed yet
     steps: tuple[Step, ...] = ()  # the last training steps, oldest first; the last may be running
     work: tuple[GroupWork, ...] = ()  # pending and retried tasks per worker group
+    rollout: tuple[RolloutLoad, ...] = ()  # each rollout server's load, from its own /metrics
 
     @property
     def age_s(self) -> float | None:

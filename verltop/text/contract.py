@@ -28,6 +28,7 @@ from verltop.model import (
     PendingItem,
     ProcRow,
     RankDump,
+    RolloutLoad,
     Snapshot,
     StackGroup,
     Stall,
@@ -40,8 +41,8 @@ from verltop.text.stalls import stall_reason, stall_reasons, stall_target
 from verltop.text.suspects import suspect_reason
 
 
-def _round(v: float | None) -> float | None:
-    return None if v is None else round(v, 3)
+def _round(v: float | None, digits: int = 3) -> float | None:
+    return None if v is None else round(v, digits)
 
 
 # ---------------------------------------------------------------- snapshot --json
@@ -58,6 +59,22 @@ def snapshot_json(s: Snapshot) -> dict[str, Any]:
         "orphans": None if s.orphans is None else [orphan_json(o) for o in s.orphans],
         "pending": [pending_json(p) for p in s.pending],
         "steps": [step_json(st) for st in s.steps],
+        "rollout": [rollout_json(r) for r in s.rollout],
+    }
+
+
+def rollout_json(r: RolloutLoad) -> dict[str, Any]:
+    """A rollout server's own load, from its /metrics (``rollout[]``)."""
+    return {
+        "actor_name": r.actor_name,
+        "address": r.address,
+        "running": r.running,
+        "waiting": r.waiting,
+        "kv_cache_usage": _round(r.kv_cache_usage, 4),
+        "preemptions_total": r.preemptions_total,
+        "gen_tokens_per_s": _round(r.gen_tokens_per_s),
+        "engine": r.engine,
+        "problem": r.problem,
     }
 
 

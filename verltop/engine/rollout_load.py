@@ -1,0 +1,116 @@
+"""The rollout engines' own load, polled: each live rollout server on this machine is found once (its
+listening sockets, tried for a ``/metrics`` that speaks vLLM or SGLang) and then read every few seconds.
+
+Servers on other nodes are listed with no figures: their sockets are in another machine's ``/proc``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import Any
+
+from verltop.analysis.roles import base_role
+from verltop.model import RawActor, RolloutLoad
+from verltop.sources import rollout as R
+
+OTHER_NODE = "on another node: verltop reads a rollout server's /metrics on the machine it runs on"
+
+
+class RolloutWatch:
+    """The last load read from each rollout server, and where each one's ``/metrics`` is."""
+
+    def __init__(self, timeout_s: float = 2.0, rediscover_s: float = 30.0, max_inflight: int = 8) -> None:
+        self.timeout_s = timeout_s
+        self.rediscover_s = rediscover_s
+        self.loads: dict[str, RolloutLoad] = {}
+        # actor id -> (pid, address or None, when looked, why not found)
+        self._where: dict[str, tuple[int, str | None, float, str]] = {}
+        self._sem = asyncio.Semaphore(max_inflight)
+        self._session: Any = None
+        self.reads = 0  # GETs sent (tests, benchmarks)
+
+    @staticmethod
+    def servers(actors: Iterable[RawActor]) -> list[RawActor]:
+        return [a for a in actors if a.state == "ALIVE" and a.pid and base_role(a.class_name, a.name) == "rollout_server"]
+
+    async def poll(self, actors: Iterable[RawActor], local: frozenset[str], node_ips: dict[str, str],
+                   now: float) -> bool:
+        """Read every live rollout server once; True when anything changed."""
+        servers = self.servers(actors)
+        live = {a.actor_id for a in servers}
+        changed = bool(set(self.loads) - live)
+        for aid in set(self.loads) - live:
+            self.loads.pop(aid, None)
+            self._where.pop(aid, None)
+        if not servers:
+            return changed
+        if self._session is None:
+            import aiohttp
+
+            self._session = aiohttp.ClientSession()
+        rows = await asyncio.gather(*(self._read(a, a.node_id in local, node_ips.get(a.node_id or ""), now)
+                                      for a in servers))
+        for row in rows:
+            if self.loads.get(row.actor_id) != row:
+                changed = True
+            self.loads[row.actor_id] = row
+        return changed
+
+    async def _read(self, a: RawActor, local: bool, node_ip: str | None, now: float) -> RolloutLoad:
+        if not local:
+            return RolloutLoad(a.actor_id, a.name, None, problem=OTHER_NODE)
+        assert a.pid is not None
+        where = self._where.get(a.actor_id)
+        if where is not None and where[0] == a.pid and where[1] is not None:
+            text, why = await self._get(where[1])
+            m = R.parse_engine_metrics(text) if text is not None else None
+            if m is not None:
+                return self._load(a, where[1], m, now)
+            self._where.pop(a.actor_id, None)  # moved (a restart): look again next time
+            return self._stale(a, where[1], why or "/metrics no longer speaks vLLM or SGLang")
+        if where is not None and where[0] == a.pid and now - where[2] < self.rediscover_s:
+            return RolloutLoad(a.actor_id, a.name, None, problem=where[3])
+        socks = await asyncio.to_thread(R.listening, a.pid)
+        for ip, port in socks:
+            addr = R.host_port(R.connect_host(ip, node_ip), port)
+            text, _ = await self._get(addr)
+            m = R.parse_engine_metrics(text) if text is not None else None
+            if m is not None:
+                self._where[a.actor_id] = (a.pid, addr, now, "")
+                return self._load(a, addr, m, now)
+        why = (f"none of its {len(socks)} listening ports serves a vLLM or SGLang /metrics" if socks
+                         else "it listens on no TCP port verltop can see (another user's process? run as root)")
+        self._where[a.actor_id] = (a.pid, None, now, why)
+        return RolloutLoad(a.actor_id, a.name, None, problem=why)
+
+    async def _get(self, addr: str) -> tuple[str | None, str | None]:
+        async with self._sem:
+            self.reads += 1
+            return await R.get_metrics(self._session, addr, self.timeout_s)
+
+    def _load(self, a: RawActor, addr: str, m: R.EngineMetrics, now: float) -> RolloutLoad:
+        prev = self.loads.get(a.actor_id)
+        rate = m.gen_tokens_per_s
+        if (prev is not None and prev.address == addr and prev.gen_tokens_total is not None
+                and m.gen_tokens_total is not None and prev.read_at is not None and now > prev.read_at
+                and m.gen_tokens_total >= prev.gen_tokens_total):
+            rate = (m.gen_tokens_total - prev.gen_tokens_total) / (now - prev.read_at)
+        return RolloutLoad(a.actor_id, a.name, addr, m.engine, m.running, m.waiting, m.kv_cache_usage,
+                           m.preemptions_total, m.gen_tokens_total, rate, now)
+
+    def _stale(self, a: RawActor, addr: str, why: str) -> RolloutLoad:
+        prev = self.loads.get(a.actor_id)
+        if prev is None:
+            return RolloutLoad(a.actor_id, a.name, addr, problem=why)
+        return RolloutLoad(prev.actor_id, prev.actor_name, addr, prev.engine, prev.running, prev.waiting,
+                           prev.kv_cache_usage, prev.preemptions_total, prev.gen_tokens_total, None, prev.read_at, why)
+
+    def view(self, actor_ids: Iterable[str]) -> tuple[RolloutLoad, ...]:
+        """The loads of these actors (the snapshot's), in its order."""
+        return tuple(self.loads[aid] for aid in actor_ids if aid in self.loads)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
