@@ -10,8 +10,9 @@ from textual.screen import Screen
 from textual.widgets import Static
 
 from verltop.analysis.trends import Trend, spark
-from verltop.model import ActorRow
+from verltop.model import ActorRow, RolloutLoad
 from verltop.text.cells import age, duration, pct, size
+from verltop.text.rollout import load_text
 from verltop.text.stalls import stall_reason
 from verltop.ui import keymap
 from verltop.ui.widgets.footer import Footer
@@ -19,7 +20,7 @@ from verltop.ui.widgets.footer import Footer
 LOG_LINES = 200
 
 
-def facts_text(a: ActorRow) -> Text:
+def facts_text(a: ActorRow, load: RolloutLoad | None = None) -> Text:
     t = Text()
 
     def row(k: str, v: object, style: str = "") -> None:
@@ -43,6 +44,8 @@ def facts_text(a: ActorRow) -> Text:
     row("GPU", f"#{a.gpu_index}  util {pct(a.gpu_util_percent)}  mem {size(a.gpu_mem_bytes)}"
         if a.gpu_index is not None else None)
     row("host", f"CPU {pct(a.cpu_percent)}  RSS {size(a.rss_bytes)}")
+    if load is not None:  # a rollout server: its engine's own /metrics
+        row("engine load", f"{load_text(load)}" + (f"  ({load.address})" if load.address else ""))
     if a.num_restarts:
         row("restarts", f"{a.num_restarts} (Ray restarted this actor; a climbing count is a restart loop)",
             "dark_orange")
@@ -125,11 +128,15 @@ class DetailsScreen(Screen):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="details-box"):
-            yield Static(facts_text(self.actor), id="facts")
+            yield Static(facts_text(self.actor, self._load()), id="facts")
             yield Static("", id="trends")
             yield Static("", id="log-title")
             yield Static("loading log…", id="log", markup=False)
         yield Footer()
+
+    def _load(self) -> RolloutLoad | None:
+        snap = getattr(self.app, "snapshot", None)
+        return next((r for r in getattr(snap, "rollout", ()) if r.actor_id == self.actor.actor_id), None)
 
     def on_mount(self) -> None:
         self.action_reload()
@@ -137,6 +144,8 @@ class DetailsScreen(Screen):
         self.set_interval(5.0, self.show_trends)
 
     def show_trends(self) -> None:
+        if (load := self._load()) is not None:  # the engine's load moves: shown afresh with the trends
+            self.query_one("#facts", Static).update(facts_text(self.actor, load))
         self.query_one("#trends", Static).update(trends_text(self.app.engine.trend(self.actor.actor_id),
                                                              (self.size.width or 160) - 4))
 
