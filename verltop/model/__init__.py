@@ -56,10 +56,13 @@ from verltop.model.stacks import (
     Where,
 )
 from verltop.model.steps import PHASES, GroupWork, PhaseRun, Step
+from verltop.model.training import ANOMALY_KINDS, Anomaly, SlowRank, TrainingView
 
 __all__ = [
+    "ANOMALY_KINDS",
     "PHASES",
     "ActorRow",
+    "Anomaly",
     "BlockedOn",
     "Capacity",
     "Chain",
@@ -105,6 +108,7 @@ __all__ = [
     "RawTask",
     "Resources",
     "RolloutLoad",
+    "SlowRank",
     "Snapshot",
     "SourceStatus",
     "StackGroup",
@@ -113,5 +117,6 @@ __all__ = [
     "Suspect",
     "SuspectWhy",
     "ThreadStack",
+    "TrainingView",
     "Where",
 ]

@@ -9,6 +9,7 @@ from verltop.model.raw import Node
 from verltop.model.rollout import RolloutLoad
 from verltop.model.rows import ActorRow, ProcRow, SourceStatus
 from verltop.model.steps import GroupWork, Step
+from verltop.model.training import SlowRank, TrainingView
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +32,8 @@ class Snapshot:
     pending: tuple[PendingItem, ...] = ()  # placement groups, actors and tasks Ray has not placed yet
     steps: tuple[Step, ...] = ()  # the last training steps, oldest first; the last may be running
     work: tuple[GroupWork, ...] = ()  # pending and retried tasks per worker group
+    training: TrainingView | None = None  # verl's logged metrics and their anomalies, once found
+    slow_ranks: tuple[SlowRank, ...] = ()  # workers that end a phase last, step after step
     rollout: tuple[RolloutLoad, ...] = ()  # each rollout server's load, from its own /metrics
 
     @property

@@ -8,6 +8,7 @@ need and add derived fields.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from verltop.model import (
@@ -29,16 +30,19 @@ from verltop.model import (
     ProcRow,
     RankDump,
     RolloutLoad,
+    SlowRank,
     Snapshot,
     StackGroup,
     Stall,
     Step,
     Suspect,
+    TrainingView,
 )
 from verltop.text.chains import end_text
 from verltop.text.pending import pending_reason
 from verltop.text.stalls import stall_reason, stall_reasons, stall_target
 from verltop.text.suspects import suspect_reason
+from verltop.text.training import anomaly_sentence, slow_sentence
 
 
 def _round(v: float | None, digits: int = 3) -> float | None:
@@ -59,6 +63,8 @@ def snapshot_json(s: Snapshot) -> dict[str, Any]:
         "orphans": None if s.orphans is None else [orphan_json(o) for o in s.orphans],
         "pending": [pending_json(p) for p in s.pending],
         "steps": [step_json(st) for st in s.steps],
+        "training": None if s.training is None else training_json(s.training),
+        "slow_ranks": [slow_rank_json(r) for r in s.slow_ranks],
         "rollout": [rollout_json(r) for r in s.rollout],
     }
 
@@ -189,6 +195,30 @@ def step_json(st: Step) -> dict[str, Any]:
     return {"index": st.index, "started_at": round(st.started_at, 3), "duration_s": _round(st.duration_s),
             "phases": {p: _round(ph.get(p)) for p in PHASES},
             "skew_s": {p: _round(sk.get(p)) for p in PHASES if p != "other"}}
+
+
+def _finite(v: float | None) -> float | None:
+    return v if v is not None and math.isfinite(v) else None
+
+
+def training_json(t: TrainingView) -> dict[str, Any]:
+    """verl's logged metrics (``training``): ``metrics`` as ``[[step, value], ...]`` per key, NaN and inf as
+    null (the anomaly that flags them names them); each anomaly with its rule, numbers and sentence."""
+    return {
+        "source": t.source,
+        "actor_name": t.actor_name,
+        "last_step": t.last_step,
+        "metrics": {k: [[st, _finite(v)] for st, v in pts] for k, pts in t.metrics.items()},
+        "anomalies": [{"step": a.step, "metric": a.metric, "kind": a.kind, "value": _finite(a.value),
+                       "baseline": _finite(a.baseline), "detail": anomaly_sentence(a)} for a in t.anomalies],
+    }
+
+
+def slow_rank_json(r: SlowRank) -> dict[str, Any]:
+    """A worker that ends a phase last, step after step (``slow_ranks[]``), and by how much."""
+    return {"actor_id": r.actor_id, "actor_name": r.actor_name, "worker_group": r.worker_group, "rank": r.rank,
+            "phase": r.phase, "method": r.method, "steps": r.steps, "lag_s": _round(r.lag_s),
+            "detail": slow_sentence(r)}
 
 
 # ---------------------------------------------------------------- dump --json
