@@ -213,3 +213,33 @@ async def test_rollout_watch_finds_the_server_through_proc_and_reads_its_load(tm
             proc.kill()
             proc.wait()
         await rw.close()
+
+
+def test_training_metrics_anomalies_and_slow_ranks():
+    from verltop.model import Anomaly, SlowRank, TrainingView
+
+    nan = float("nan")
+    tv = TrainingView("actor_log", "TaskRunner", 12, {
+        "actor/entropy": ((11, 0.9), (12, 0.02)), "critic/vf_loss": ((11, 0.5), (12, nan)),
+        "timing_s/gen": ((12, 31.5),), "actor/skipped": ((12, None),)},
+        anomalies=(Anomaly(12, "critic/vf_loss", "nan", nan, None, "nan"),
+                   Anomaly(12, "actor/entropy", "collapse", 0.02, 0.9)))
+    slow = (SlowRank("r1", "vllm_server_1_0", None, None, "gen", "generate", 4, 12.5, 5),)
+    s = replace(synthetic_snapshots()[5], training=tv, slow_ranks=slow)
+    cur = {"s": s}
+    exp = Exporter(lambda: cur["s"])
+    exp.observe(s)
+    exp.observe(s)  # the same anomalies again: counted once
+    f = scrape(exp)
+    assert value(f, "verltop_step") == 12  # verl's own step
+    assert value(f, "verltop_training_actor_entropy") == 0.02
+    assert value(f, "verltop_training_timing_s_gen") == 31.5
+    v = value(f, "verltop_training_critic_vf_loss")
+    assert v is not None and v != v  # NaN is exported as NaN (the NaN alert reads the anomaly count)
+    assert "verltop_training_actor_skipped" not in f
+    assert value(f, "verltop_anomalies_total", kind="nan", metric="critic/vf_loss") == 1
+    assert value(f, "verltop_anomalies_total", kind="collapse", metric="actor/entropy") == 1
+    assert value(f, "verltop_slow_rank_lag_seconds", actor_name="vllm_server_1_0", phase="gen") == 12.5
+    nxt = replace(tv, last_step=13, anomalies=(*tv.anomalies, Anomaly(13, "critic/vf_loss", "nan", nan, None)))
+    exp.observe(replace(s, training=nxt))
+    assert value(scrape(exp), "verltop_anomalies_total", kind="nan", metric="critic/vf_loss") == 2

@@ -60,8 +60,7 @@ class Exporter(Collector):
 
     def observe(self, snap: Snapshot) -> None:
         """Count the anomalies not seen before (each step, metric and kind once)."""
-        training = getattr(snap, "training", None)
-        for a in getattr(training, "anomalies", ()) or ():
+        for a in snap.training.anomalies if snap.training is not None else ():
             key = (a.step, a.metric, a.kind)
             if key not in self._seen:
                 self._seen.add(key)
@@ -143,8 +142,7 @@ def snapshot_metrics(snap: Snapshot) -> Iterator[Metric]:
 
 
 def _step_metrics(snap: Snapshot) -> Iterator[Metric]:
-    training = getattr(snap, "training", None)
-    last = getattr(training, "last_step", None)
+    last = snap.training.last_step if snap.training is not None else None
     done = [s for s in snap.steps if not s.running]
     if last is None and snap.steps:
         last = snap.steps[-1].index
@@ -172,8 +170,7 @@ def _step_metrics(snap: Snapshot) -> Iterator[Metric]:
 
 
 def _training_metrics(snap: Snapshot) -> Iterator[Metric]:
-    training = getattr(snap, "training", None)
-    metrics: dict[str, Any] = getattr(training, "metrics", None) or {}
+    metrics = snap.training.metrics if snap.training is not None else {}
     names: set[str] = set()
     for key in sorted(metrics):
         series = metrics[key]
@@ -192,7 +189,7 @@ def _slow_rank_metrics(snap: Snapshot) -> Iterator[Metric]:
     m = GaugeMetricFamily("verltop_slow_rank_lag_seconds", "a worker that ends a phase last in most recent steps: "
                           "its median lag behind the one before it", labels=["actor_name", "phase"])
     seen: set[tuple[str, str]] = set()
-    for r in getattr(snap, "slow_ranks", ()) or ():
+    for r in snap.slow_ranks:
         key = (r.actor_name or r.actor_id or "?", r.phase)
         if key not in seen:
             seen.add(key)
