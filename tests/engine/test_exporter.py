@@ -243,3 +243,23 @@ def test_training_metrics_anomalies_and_slow_ranks():
     nxt = replace(tv, last_step=13, anomalies=(*tv.anomalies, Anomaly(13, "critic/vf_loss", "nan", nan, None)))
     exp.observe(replace(s, training=nxt))
     assert value(scrape(exp), "verltop_anomalies_total", kind="nan", metric="critic/vf_loss") == 2
+
+
+def test_watch_says_in_one_line_when_the_port_is_taken_or_wrong(tmp_path):
+    import socket
+
+    from tests.faults.helpers import clean_env
+
+    def watch(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "verltop", "watch", "--address", "http://127.0.0.1:1", "--dir",
+                               str(tmp_path / "w"), *args], capture_output=True, text=True, timeout=60, env=clean_env())
+
+    p = watch("--metrics-port", "70000")
+    assert p.returncode == 2 and p.stderr.strip() == "verltop: error: --metrics-port 70000: not a TCP port (1-65535)"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        p = watch("--metrics-port", str(port))
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+    assert p.stderr.strip().startswith(f"verltop: error: --metrics-port {port} on 127.0.0.1: "), p.stderr
