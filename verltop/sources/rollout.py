@@ -47,6 +47,7 @@ _NAMES: dict[str, tuple[str, str]] = {
     "sglang:gen_throughput": ("sglang", "tps"),
 }
 _MAX_FIELDS = {"kv", "kv_old"}  # the fullest engine's, not a sum
+_PREFIXES = tuple(_NAMES)  # str.startswith on a tuple skips the histograms' thousands of lines in C
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +68,7 @@ def parse_engine_metrics(text: str) -> EngineMetrics | None:
     vals: dict[str, float] = {}
     engine = None
     for line in text.splitlines():
-        if not line or line[0] == "#" or line[0] not in "vs":
+        if not line.startswith(_PREFIXES):
             continue
         end = len(line)
         for ch in "{ ":
