@@ -231,6 +231,7 @@ async def metrics_endpoint(args: argparse.Namespace, mon: Any, watcher: Any, say
     from verltop.engine.exporter import Exporter, registry, serve
 
     exp = Exporter(lambda: mon.latest, watcher.suspects)
+    mon.rollout_probe = True  # every replica's load, on every node (their sockets through the probe there)
     mon.subscribe(exp.observe)
     watcher.on_open.append(exp.incident)
     host = args.metrics_addr

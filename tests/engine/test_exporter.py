@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.engine.helpers import fake_snapshots, synthetic_snapshots
 from tests.wait import wait_until_async
 from verltop.engine.exporter import Exporter, exposition, registry, serve, training_name
-from verltop.engine.rollout_load import OTHER_NODE, RolloutWatch
+from verltop.engine.rollout_load import LOOPBACK, OTHER_NODE, RolloutWatch
 from verltop.model import PhaseRun, RawActor, RolloutLoad, Step
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "rollout"
@@ -170,8 +170,9 @@ class H(http.server.BaseHTTPRequestHandler):
         self.send_response(200 if ok else 404); self.end_headers()
         self.wfile.write(open(sys.argv[1], 'rb').read() if ok else b'no')
     def log_message(self, *a): pass
+srv = http.server.HTTPServer((sys.argv[3] if len(sys.argv) > 3 else '127.0.0.1', 0), H)
 open(sys.argv[2], 'w').write('up')
-http.server.HTTPServer(('127.0.0.1', 0), H).serve_forever()
+srv.serve_forever()
 """
 
 
@@ -263,3 +264,47 @@ def test_watch_says_in_one_line_when_the_port_is_taken_or_wrong(tmp_path):
         p = watch("--metrics-port", str(port))
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
     assert p.stderr.strip().startswith(f"verltop: error: --metrics-port {port} on 127.0.0.1: "), p.stderr
+
+
+async def test_rollout_servers_on_another_node_are_found_through_its_probe(tmp_path):
+    """On another node the sockets come from that node's probe (here the very function the probe runs there,
+    called in-process: the probe's transport is tested with the multi-node cluster); the GET then goes over
+    the network to the address the server bound, as Prometheus would. A server bound to its node's loopback
+    cannot be reached from here, and says so; without a probe, remote servers are listed without figures."""
+    from verltop.sources.rollout import listening_many
+
+    body = tmp_path / "metrics.txt"
+    body.write_text((FIX / "sglang-0.5.txt").read_text())
+    procs = {}
+    for host in ("0.0.0.0", "127.0.0.1"):
+        up = tmp_path / f"up-{host}"
+        procs[host] = subprocess.Popen([sys.executable, "-c", SERVER, str(body), str(up), host])
+        await wait_until_async(up.exists, 20, f"the server on {host}")
+    asked: list[tuple[str, list[int]]] = []
+
+    async def probe(node_id: str, pids: list[int]):
+        asked.append((node_id, pids))
+        return listening_many(pids), None
+
+    wide = RawActor("w" * 8, "SGLangHttpServer", "ALIVE", "sglang_server_0_0", "n2", procs["0.0.0.0"].pid)
+    lo = RawActor("l" * 8, "SGLangHttpServer", "ALIVE", "sglang_server_1_0", "n2", procs["127.0.0.1"].pid)
+    rw = RolloutWatch(find=probe)
+    try:
+        await rw.poll([wide, lo], frozenset({"n1"}), {"n2": "127.0.0.1"}, 100.0)
+        r = rw.loads[wide.actor_id]
+        assert r.engine == "sglang" and r.address == f"127.0.0.1:{r.address.rsplit(':', 1)[1]}" and r.running == 9
+        assert rw.loads[lo.actor_id].problem == LOOPBACK
+        assert [(n, sorted(p)) for n, p in asked] == [("n2", sorted([wide.pid, lo.pid]))]  # one call per node
+        await rw.poll([wide, lo], frozenset({"n1"}), {"n2": "127.0.0.1"}, 105.0)
+        assert len(asked) == 1  # found: read directly from then on; the other not looked for again yet
+        await rw.poll([wide, lo], frozenset({"n1"}), {"n2": "127.0.0.1"}, 140.0)
+        assert len(asked) == 2 and asked[1][1] == [lo.pid]  # the unreachable one, looked for again later
+    finally:
+        for p in procs.values():
+            p.kill()
+            p.wait()
+        await rw.close()
+    none = RolloutWatch()
+    await none.poll([wide], frozenset({"n1"}), {}, 1.0)
+    assert none.loads[wide.actor_id].problem == OTHER_NODE
+    await none.close()

@@ -82,8 +82,8 @@ class vLLMHttpServer:
         info = json.loads(ready)
         self.engine_pids = {"engine": self._engine.pid, "workers": info["workers"]}
         threading.Thread(target=self._read_outputs, name="engine_output_handler", daemon=True).start()
-        # the OpenAI server's port, as verl's run_uvicorn binds it (port 0): here only /metrics answers
-        self._http = await asyncio.start_server(self._serve_http, "127.0.0.1", 0)
+        # the OpenAI server's port, as verl's run_uvicorn binds it (the node's IP, port 0): here only /metrics
+        self._http = await asyncio.start_server(self._serve_http, _node_ip(), 0)
         self.metrics_port = self._http.sockets[0].getsockname()[1]
         return {"server_pid": os.getpid(), "metrics_port": self.metrics_port, **self.engine_pids}
 
@@ -148,6 +148,16 @@ class vLLMHttpServer:
 
     async def pids(self) -> dict[str, Any]:
         return {"server_pid": os.getpid(), **self.engine_pids}
+
+
+def _node_ip() -> str:
+    """The node's IP as Ray knows it (verl binds its servers there); ray is loaded already in a Ray worker."""
+    try:
+        import ray
+
+        return ray.util.get_node_ip_address().strip("[]")
+    except Exception:  # noqa: BLE001 - outside Ray (a unit test): loopback
+        return "127.0.0.1"
 
 
 def _settle(fut: asyncio.Future[dict[str, Any]], value: Any) -> None:

@@ -85,11 +85,11 @@ class Monitor(ActorPolls, TaskPolls, HistoryPolls, NodePolls, LocalPolls, Snapsh
             (self._poll_roles, lambda: ROLES_EVERY_S, None),
             (self._poll_trees, lambda: min(2.0, self.iv.trees_s), None),
             (self._poll_pending, lambda: self.iv.actors_s, self.pending.state),  # it decides when to read
+            (self._poll_rollout, lambda: self.iv.rollout_s, None),
         ]
         if self.use_local:
             loop_specs.append((self._poll_local, lambda: self.iv.local_s, self.src.local))
             loop_specs.append((self._poll_ras, lambda: self.iv.tasks_s, None))
-            loop_specs.append((self._poll_rollout, lambda: self.iv.rollout_s, None))
         for fn, iv, st in loop_specs:
             self._tasks.append(asyncio.create_task(self._loop(fn, iv, st), name=f"verltop-{fn.__name__}"))
         self._tasks.append(asyncio.create_task(self._seed_with_retries()))
@@ -244,8 +244,6 @@ class Monitor(ActorPolls, TaskPolls, HistoryPolls, NodePolls, LocalPolls, Snapsh
             await self._poll_local()
             if node_details:
                 await self._poll_node_details(all_nodes=True)
-        if self.use_local:
-            await self._guarded(self._poll_rollout, None)
         if ras and self.use_local:
             addrs = self.ras_addresses(self.snapshot().actors)
             if addrs:
@@ -257,6 +255,7 @@ class Monitor(ActorPolls, TaskPolls, HistoryPolls, NodePolls, LocalPolls, Snapsh
                              a.node_id not in local})
             self.remote.ask(remote)
             await self._read_trees(remote)
+        await self._guarded(self._poll_rollout, None)  # its own /metrics (on other nodes: those asked about)
         if cpu_window_s > 0 and (self.src.local.value is not None or self.remote.trees):
             await asyncio.sleep(max(0.0, cpu_window_s - (time.monotonic() - t0)))
             if self.sampler is not None and self.src.local.value is not None:
@@ -274,7 +273,7 @@ class Monitor(ActorPolls, TaskPolls, HistoryPolls, NodePolls, LocalPolls, Snapsh
         await self.pending.poll(self.src.actors.value or [], self._record, force=force)
 
     async def _poll_rollout(self) -> None:
-        """The rollout servers' own load (each one's /metrics), on this machine."""
+        """The rollout servers' own load (each one's /metrics): on this machine, and where the probe may look."""
         node_ips = {n.node_id: n.ip for n in self.src.nodes.value or [] if n.ip}
         if await self.rollout.poll(self.src.actors.value or [], self.local_node_ids(), node_ips, self.clock()):
             self._dirty.set()

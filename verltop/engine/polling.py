@@ -139,7 +139,10 @@ class PollState(Engine):
         self.trends = TrendStore()
         self.work = Work()
         self.waiting: list[RawTask] = []  # tasks submitted and not running (per-group counts)
-        self.rollout = RolloutWatch(timeout_s=min(2.0, self.iv.timeout_s))
+        # rollout servers on other nodes are found through their node's probe: on nodes whose processes were
+        # asked for (as trees are), or on every node when ``rollout_probe`` (a watch that exports metrics)
+        self.rollout_probe = False
+        self.rollout = RolloutWatch(timeout_s=min(2.0, self.iv.timeout_s), find=self._rollout_sockets)
 
     def _record(self, st: SourceState, r: D.Result) -> bool:
         st.tries += 1
@@ -167,6 +170,16 @@ class PollState(Engine):
 
     def _known_nodes(self) -> set[str]:
         return {n.node_id for n in (self.src.nodes.value or [])} | {a.node_id or "" for a in (self.src.actors.value or [])}
+
+    async def _rollout_sockets(self, node_id: str, pids: list[int]
+                               ) -> tuple[dict[int, list[tuple[str, int]]] | None, str | None]:
+        """The listening sockets of rollout servers on another node, through its probe (where allowed)."""
+        if not (self.rollout_probe or node_id in self.remote.asked):
+            return None, None
+        from verltop.sources.rollout import listening_many
+
+        value, problem = await self.remote.call(node_id, 10.0, listening_many, pids)
+        return (value, None) if problem is None else (None, f"its node's probe: {problem.text}")
 
     async def _hist_ready(self) -> None:
         await self._hist_free.wait()

@@ -1,13 +1,15 @@
 """The rollout engines' own load, polled: each live rollout server on this machine is found once (its
 listening sockets, tried for a ``/metrics`` that speaks vLLM or SGLang) and then read every few seconds.
 
-Servers on other nodes are listed with no figures: their sockets are in another machine's ``/proc``.
+Servers on other nodes: their sockets are in another machine's ``/proc``, so ``find`` (the probe on that node,
+where the engine allows it) lists them; verltop then GETs their ``/metrics`` across the network, as Prometheus
+would. Without it they are listed with no figures.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from verltop.analysis.roles import base_role
@@ -15,12 +17,19 @@ from verltop.model import RawActor, RolloutLoad
 from verltop.sources import rollout as R
 
 OTHER_NODE = "on another node: verltop reads a rollout server's /metrics on the machine it runs on"
+LOOPBACK = "it listens on its node's loopback only: not reachable from here"
+
+# node id, pids -> each pid's listening sockets there, or why not
+Finder = Callable[[str, list[int]], Awaitable[tuple[dict[int, list[tuple[str, int]]] | None, str | None]]]
 
 
 class RolloutWatch:
     """The last load read from each rollout server, and where each one's ``/metrics`` is."""
 
-    def __init__(self, timeout_s: float = 2.0, rediscover_s: float = 30.0, max_inflight: int = 8) -> None:
+    def __init__(self, timeout_s: float = 2.0, rediscover_s: float = 30.0, max_inflight: int = 8,
+                 find: Finder | None = None) -> None:
+        """``find``: lists the listening sockets of pids on another node (the probe); None: only this machine's."""
+        self.find = find
         self.timeout_s = timeout_s
         self.rediscover_s = rediscover_s
         self.loads: dict[str, RolloutLoad] = {}
@@ -49,17 +58,39 @@ class RolloutWatch:
             import aiohttp
 
             self._session = aiohttp.ClientSession()
-        rows = await asyncio.gather(*(self._read(a, a.node_id in local, node_ips.get(a.node_id or ""), now)
-                                      for a in servers))
+        remote = await self._find_remote([a for a in servers if a.node_id not in local and self._due(a, now)])
+        rows = await asyncio.gather(*(self._read(a, a.node_id in local, node_ips.get(a.node_id or ""), now,
+                                                 remote.get(a.actor_id)) for a in servers))
         for row in rows:
             if self.loads.get(row.actor_id) != row:
                 changed = True
             self.loads[row.actor_id] = row
         return changed
 
-    async def _read(self, a: RawActor, local: bool, node_ip: str | None, now: float) -> RolloutLoad:
-        if not local:
-            return RolloutLoad(a.actor_id, a.name, None, problem=OTHER_NODE)
+    def _due(self, a: RawActor, now: float) -> bool:
+        """Its address must be looked for (never found, moved, or not found for ``rediscover_s``)."""
+        where = self._where.get(a.actor_id)
+        return where is None or where[0] != a.pid or (where[1] is None and now - where[2] >= self.rediscover_s)
+
+    async def _find_remote(self, servers: list[RawActor]) -> dict[str, tuple[list[tuple[str, int]] | None, str]]:
+        """Each remote server's listening sockets, one ``find`` per node: actor id -> (sockets or None, why)."""
+        if not servers:
+            return {}
+        if self.find is None:
+            return {a.actor_id: (None, OTHER_NODE) for a in servers}
+        by_node: dict[str, list[RawActor]] = {}
+        for a in servers:
+            by_node.setdefault(a.node_id or "", []).append(a)
+        nodes = list(by_node)
+        got = await asyncio.gather(*(self.find(n, [a.pid for a in by_node[n] if a.pid]) for n in nodes))
+        out: dict[str, tuple[list[tuple[str, int]] | None, str]] = {}
+        for n, (socks, why) in zip(nodes, got, strict=True):
+            for a in by_node[n]:
+                out[a.actor_id] = (None, why or OTHER_NODE) if socks is None else (socks.get(a.pid or 0, []), "")
+        return out
+
+    async def _read(self, a: RawActor, local: bool, node_ip: str | None, now: float,
+                    found: tuple[list[tuple[str, int]] | None, str] | None = None) -> RolloutLoad:
         assert a.pid is not None
         where = self._where.get(a.actor_id)
         if where is not None and where[0] == a.pid and where[1] is not None:
@@ -71,16 +102,25 @@ class RolloutWatch:
             return self._stale(a, where[1], why or "/metrics no longer speaks vLLM or SGLang")
         if where is not None and where[0] == a.pid and now - where[2] < self.rediscover_s:
             return RolloutLoad(a.actor_id, a.name, None, problem=where[3])
-        socks = await asyncio.to_thread(R.listening, a.pid)
-        for ip, port in socks:
+        if local:
+            socks = await asyncio.to_thread(R.listening, a.pid)
+        elif found is None or found[0] is None:
+            why = found[1] if found is not None else OTHER_NODE
+            self._where[a.actor_id] = (a.pid, None, now, why)
+            return RolloutLoad(a.actor_id, a.name, None, problem=why)
+        else:
+            socks = found[0]
+        reachable = [(ip, port) for ip, port in socks if local or not R.loopback(ip)]
+        for ip, port in reachable:
             addr = R.host_port(R.connect_host(ip, node_ip), port)
             text, _ = await self._get(addr)
             m = R.parse_engine_metrics(text) if text is not None else None
             if m is not None:
                 self._where[a.actor_id] = (a.pid, addr, now, "")
                 return self._load(a, addr, m, now)
-        why = (f"none of its {len(socks)} listening ports serves a vLLM or SGLang /metrics" if socks
-                         else "it listens on no TCP port verltop can see (another user's process? run as root)")
+        why = (LOOPBACK if socks and not reachable else
+               f"none of its {len(socks)} listening ports serves a vLLM or SGLang /metrics" if socks
+               else "it listens on no TCP port verltop can see (another user's process? run as root)")
         self._where[a.actor_id] = (a.pid, None, now, why)
         return RolloutLoad(a.actor_id, a.name, None, problem=why)
 

@@ -153,6 +153,15 @@ def listening(pid: int, root: str = "/proc") -> list[tuple[str, int]]:
     return out
 
 
+def listening_many(pids: list[int]) -> dict[int, list[tuple[str, int]]]:
+    """What the probe runs on another node (stdlib only: it is shipped there by value): each pid's sockets."""
+    return {p: listening(p) for p in pids}
+
+
+def loopback(ip: str) -> bool:
+    return ip.startswith("127.") or ip == "::1"
+
+
 def connect_host(ip: str, node_ip: str | None) -> str:
     """Where to connect for a socket bound to ``ip`` (a wildcard: the node's address, else loopback)."""
     if ip in ("0.0.0.0", "::"):
