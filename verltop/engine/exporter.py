@@ -21,7 +21,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from verltop.analysis.incidents import death_is_failure, group_of, job_actor
+from verltop.analysis.incidents import death_is_failure
 from verltop.model import PHASES, Snapshot
 
 log = logging.getLogger("verltop.metrics")
@@ -112,11 +112,11 @@ def snapshot_metrics(snap: Snapshot) -> Iterator[Metric]:
 
     stalled: Counter[tuple[str, str]] = Counter()
     dead: Counter[str] = Counter({"failed": 0, "restarting": 0, "ended": 0})
-    for a in snap.actors:
-        if not job_actor(a):
+    for a in snap.actors:  # one pass, attributes read directly: it runs on every new snapshot
+        if a.worker_group is None and a.role == "other":  # not the job's (job_actor)
             continue
-        key = (group_of(a), a.role)
-        stalled[key] += 1 if a.stalled else 0
+        key = (a.worker_group or a.role, a.role)  # group_of
+        stalled[key] += 1 if a.stalls else 0
         if a.state == "RESTARTING":
             dead["restarting"] += 1
         elif a.state == "DEAD":
