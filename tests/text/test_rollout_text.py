@@ -44,3 +44,16 @@ def test_json_and_the_details_panel():
     assert "engine load     vllm 14 running, 2 waiting, KV cache 63%" in text and "(10.0.0.1:41000)" in text
     assert "replicas        gen waits on vllm_server_0_0" in text
     assert "engine load" not in facts_text(a).plain
+
+
+def test_snapshot_text_lists_each_replica():
+    from dataclasses import replace
+
+    from tests.engine.helpers import synthetic_snapshots
+    from verltop.text.snapshot import snapshot_text
+
+    s = replace(synthetic_snapshots()[5], phase="gen", rollout=(load("vllm_server_0_0", 14), load("vllm_server_1_0", 0)))
+    text = snapshot_text(s)
+    assert "ROLLOUT (each server's own /metrics)\ngen waits on vllm_server_0_0: 14 requests still running, the other " \
+           "replica idle\nvllm_server_0_0  10.0.0.1:41000  vllm 14 running" in text
+    assert "ROLLOUT" not in snapshot_text(synthetic_snapshots()[5])
