@@ -331,3 +331,17 @@ async def test_rollout_servers_on_another_node_are_found_through_its_probe(tmp_p
     await none.poll([wide], frozenset({"n1"}), {}, 1.0)
     assert none.loads[wide.actor_id].problem == OTHER_NODE
     await none.close()
+
+
+def test_the_kind_of_each_incident_the_watch_opens():
+    from types import SimpleNamespace
+
+    from verltop.engine.watch import incident_kind
+
+    snaps = synthetic_snapshots()
+    hung = SimpleNamespace(groups=["wg"], first=snaps[30])  # ranks of wg stalled
+    died = SimpleNamespace(groups=["wg"], first=replace(snaps[42], actors=tuple(
+        replace(a, stalls=()) if a.state == "ALIVE" else a for a in snaps[42].actors)))
+    assert incident_kind(hung) == "hang" and incident_kind(died) == "death"
+    assert incident_kind(SimpleNamespace(kind="anomaly", groups=[])) == "anomaly"  # an incident that says its kind
+    assert incident_kind(SimpleNamespace(episode=SimpleNamespace(kind="slow"), groups=[])) == "slow"

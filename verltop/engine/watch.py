@@ -218,8 +218,6 @@ class Watcher:
         inc = Incident(d.name, d, ev.started_at, ev.at, list(ev.groups), snap.phase, last_event_at=ev.at, first=snap,
                        snap=snap)
         self.current, self.job = inc, None
-        for fn in self.on_open:
-            fn("hang" if ev.stalled else "death")
         log.info("stall in %s (%d stalled, %d died): capturing", ", ".join(ev.groups), len(ev.stalled),
                  len(ev.died))
         recent = [t for t in self.captures if t > time.time() - 3600]
@@ -302,6 +300,8 @@ class Watcher:
     # ---------------------------------------------------------- telling someone
 
     def _notify(self, inc: Incident) -> None:
+        for fn in self.on_open:
+            fn(incident_kind(inc))
         cfg = self.cfg
         line = f"{utc_time(inc.detected_at)} INCIDENT {inc.id}: {inc.summary} [{inc.dir}]"
         self.say(line)
@@ -398,6 +398,19 @@ class Watcher:
             self.say(line)
             log.info(line)
 
+
+
+def incident_kind(inc: Any) -> str:
+    """What opened an incident: its own ``kind`` where it has one, else ``hang`` when the snapshot that opened
+    it had stalled actors in its groups, ``death`` when only deaths did."""
+    kind = getattr(inc, "kind", None) or getattr(getattr(inc, "episode", None), "kind", None)
+    if isinstance(kind, str) and kind:
+        return kind
+    first = getattr(inc, "first", None)
+    groups = set(inc.groups)
+    stalled = first is not None and any(a.stalls and a.state not in ("DEAD", "RESTARTING")
+                                        and (a.worker_group or a.role) in groups for a in first.actors)
+    return "hang" if stalled or first is None else "death"
 
 
 def _label(a: ActorRow | None) -> str:
