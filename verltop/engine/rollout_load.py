@@ -111,9 +111,10 @@ class RolloutWatch:
         else:
             socks = found[0]
         reachable = [(ip, port) for ip, port in socks if local or not R.loopback(ip)]
-        for ip, port in reachable:
-            addr = R.host_port(R.connect_host(ip, node_ip), port)
-            text, _ = await self._get(addr)
+        # every candidate at once (Ray's own worker port is one of them): a search costs one timeout at most
+        addrs = [R.host_port(R.connect_host(ip, node_ip), port) for ip, port in reachable]
+        answers = await asyncio.gather(*(self._get(addr) for addr in addrs))
+        for addr, (text, _) in zip(addrs, answers, strict=True):
             m = R.parse_engine_metrics(text) if text is not None else None
             if m is not None:
                 self._where[a.actor_id] = (a.pid, addr, now, "")
