@@ -10,12 +10,11 @@ roles, phases, kinds, metric names and actor names are the only label values.
 
 from __future__ import annotations
 
-import logging
 import math
 import re
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -23,8 +22,6 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from verltop.analysis.incidents import death_is_failure
 from verltop.model import PHASES, Snapshot
-
-log = logging.getLogger("verltop.metrics")
 
 _BAD = re.compile(r"[^a-zA-Z0-9_]+")
 
@@ -49,7 +46,7 @@ class Exporter(Collector):
         self.incidents: Counter[str] = Counter()
         self.anomalies: Counter[tuple[str, str]] = Counter()
         self._seen: set[tuple[int, str, str]] = set()
-        self._cached: tuple[int, list[Metric]] | None = None
+        self._cached: tuple[Snapshot, list[Metric]] | None = None  # the snapshot itself: ids are reused
         self.scrapes = 0
 
     # ---------------------------------------------------------- events
@@ -60,13 +57,12 @@ class Exporter(Collector):
 
     def observe(self, snap: Snapshot) -> None:
         """Count the anomalies not seen before (each step, metric and kind once)."""
-        for a in snap.training.anomalies if snap.training is not None else ():
-            key = (a.step, a.metric, a.kind)
-            if key not in self._seen:
-                self._seen.add(key)
-                self.anomalies[(a.kind, a.metric)] += 1
-        if len(self._seen) > 100_000:  # a bounded memory over weeks; counts stay
-            self._seen.clear()
+        now = {(a.step, a.metric, a.kind) for a in (snap.training.anomalies if snap.training is not None else ())}
+        for key in now - self._seen:
+            self._seen.add(key)
+            self.anomalies[(key[2], key[1])] += 1
+        if len(self._seen) > 4 * len(now) + 1000:  # bounded over weeks: only what the window holds can come back
+            self._seen &= now
 
     # ---------------------------------------------------------- Collector
 
@@ -80,8 +76,8 @@ class Exporter(Collector):
         up.add_metric([], 1.0 if snap is not None else 0.0)
         yield up
         if snap is not None:
-            if self._cached is None or self._cached[0] != id(snap):
-                self._cached = (id(snap), list(snapshot_metrics(snap)))
+            if self._cached is None or self._cached[0] is not snap:
+                self._cached = (snap, list(snapshot_metrics(snap)))
             yield from self._cached[1]
             age = GaugeMetricFamily("verltop_snapshot_age_seconds", "seconds since the latest snapshot was built")
             age.add_metric([], max(0.0, self._clock() - snap.taken_at))
@@ -255,8 +251,3 @@ async def serve(reg: CollectorRegistry, host: str, port: int) -> Any:
         await runner.cleanup()
         raise
     return runner
-
-
-def names(metrics: Iterable[Metric]) -> list[str]:
-    """The family names (tests, docs)."""
-    return [m.name for m in metrics]
