@@ -47,7 +47,6 @@ class Exporter(Collector):
         self.anomalies: Counter[tuple[str, str]] = Counter()
         self._seen: set[tuple[int, str, str]] = set()
         self._cached: tuple[Snapshot, list[Metric]] | None = None  # the snapshot itself: ids are reused
-        self.scrapes = 0
 
     # ---------------------------------------------------------- events
 
@@ -70,7 +69,6 @@ class Exporter(Collector):
         return []  # collect() is cheap but needs a snapshot: never run it at registration
 
     def collect(self) -> Iterator[Metric]:
-        self.scrapes += 1
         snap = self._snapshot()
         up = GaugeMetricFamily("verltop_up", "1 while verltop has a snapshot of the cluster")
         up.add_metric([], 1.0 if snap is not None else 0.0)
