@@ -84,8 +84,13 @@ def test_prometheus_scrapes_the_step_and_the_rollout_load(scraped):
 
     wait_until(load, 60, "the rollout server's load in Prometheus")
     assert query(base, 'verltop_rollout_kv_cache_usage_ratio{actor_name="vllm_server_0_0"}')
-    rules = json.loads(get(f"{base}/api/v1/rules"))["data"]["groups"][0]["rules"]
-    assert len(rules) == 8 and all(r["health"] == "ok" for r in rules), rules
+
+    def rules() -> list[dict]:
+        return json.loads(get(f"{base}/api/v1/rules"))["data"]["groups"][0]["rules"]
+
+    # the shipped rules load and evaluate on the live series (health stays "unknown" until the first round)
+    wait_until(lambda: len(rules()) == 8 and all(r["health"] == "ok" for r in rules()), 30,
+               "the alert rules evaluated", detail=rules)
 
 
 def test_promtool_checks_the_live_exposition(scraped):
