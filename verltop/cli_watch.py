@@ -71,6 +71,11 @@ def add_watch(sub: Any, shared: Any) -> None:
                    help="--on-incident is killed after this long (default 60s)")
     w.add_argument("--webhook", metavar="URL",
                    help='POST {"text": summary} (Slack, Mattermost, Teams…) for each new incident')
+    w.add_argument("--metrics-port", type=int, metavar="PORT",
+                   help="serve Prometheus metrics (GET /metrics) on this port: stalls, suspects, deaths, steps, "
+                   "phases, anomalies, the rollout engines' load (docs/prometheus.md)")
+    w.add_argument("--metrics-addr", default="127.0.0.1", metavar="ADDR",
+                   help="the address --metrics-port listens on (default 127.0.0.1; 0.0.0.0 for every interface)")
     w.add_argument("--keep-incidents", type=int, default=200, metavar="N",
                    help="incident directories kept; older ones are deleted (default 200)")
 
@@ -171,6 +176,8 @@ def watch(args: argparse.Namespace) -> int:
         raise ValueError(bad)
     if args.samples < 1 or args.max_captures < 0:
         raise ValueError("--samples must be ≥ 1 and --max-captures ≥ 0")
+    if args.metrics_port is not None and not 0 < args.metrics_port < 65536:
+        raise ValueError(f"--metrics-port {args.metrics_port}: not a TCP port (1-65535)")
     d = Path(args.dir).expanduser() if args.dir else default_watch_dir()
     interval = getattr(args, "interval", None) or float(os.environ.get("VERLTOP_INTERVAL") or 2.0)
     stall_after = getattr(args, "stall_after", None) or float(os.environ.get("VERLTOP_STALL_AFTER") or 300.0)
@@ -202,9 +209,14 @@ def watch(args: argparse.Namespace) -> int:
         loop.add_signal_handler(signal.SIGHUP, lambda: None)  # the terminal went away: keep watching
         watcher = Watcher(mon, cfg, say)
         watcher.take_lock()  # a second watch on DIR refuses before the banner
+        runner = await metrics_endpoint(args, mon, watcher, say) if args.metrics_port is not None else None
         say(f"verltop watch: {endpoint.address} → {d} (recording kept {args.keep / 3600:g} h, at most "
             f"{args.max_size / (1 << 30):g} GiB; log {log_path}); stop with SIGTERM or Ctrl-C")
-        await watcher.run(stop)
+        try:
+            await watcher.run(stop)
+        finally:
+            if runner is not None:
+                await runner.cleanup()
 
     try:
         asyncio.run(main())
@@ -213,6 +225,24 @@ def watch(args: argparse.Namespace) -> int:
     say("verltop watch: stopped")
     sys.stdout.flush()
     return 0
+
+
+async def metrics_endpoint(args: argparse.Namespace, mon: Any, watcher: Any, say: Any) -> Any:
+    """``--metrics-port``: the Prometheus endpoint over the watch's snapshots (ValueError when it cannot bind)."""
+    from verltop.engine.exporter import Exporter, registry, serve
+
+    exp = Exporter(lambda: mon.latest, watcher.suspects)
+    mon.rollout_probe = True  # every replica's load, on every node (their sockets through the probe there)
+    mon.subscribe(exp.observe)
+    watcher.on_open.append(exp.incident)
+    host = args.metrics_addr
+    try:
+        runner = await serve(registry(exp), host, args.metrics_port)
+    except OSError as e:
+        raise ValueError(f"--metrics-port {args.metrics_port} on {host}: {e.strerror or e}") from None
+    shown = f"[{host}]" if ":" in host else host
+    say(f"verltop watch: Prometheus metrics at http://{shown}:{args.metrics_port}/metrics")
+    return runner
 
 
 def watch_log(d: Path) -> Path:

@@ -160,11 +160,16 @@ def test_one_shot_snapshot_has_cpu_without_waiting(demo):
         p = subprocess.run([sys.executable, "-m", "verltop", "--address", demo.address, "snapshot", "--json", *extra],
                            capture_output=True, text=True, timeout=60, env=env)
         assert p.returncode == 0, p.stderr
-        alive = [a for a in json.loads(p.stdout)["actors"] if a["state"] == "ALIVE"]
+        doc = json.loads(p.stdout)
+        alive = [a for a in doc["actors"] if a["state"] == "ALIVE"]
         assert len(alive) >= 9
         assert all(isinstance(a["cpu_percent"], (int, float)) for a in alive), [(a["actor_name"], a["cpu_percent"])
                                                                                 for a in alive]
         assert any(a["cpu_percent"] > 0 for a in alive)  # the controller and the training ranks do work
+        # the rollout server's own load, from its /metrics (found through its listening socket in /proc)
+        r = {x["actor_name"]: x for x in doc["rollout"]}["vllm_server_0_0"]
+        assert r["address"] and r["engine"] == "vllm" and r["problem"] is None, r
+        assert isinstance(r["running"], int) and isinstance(r["kv_cache_usage"], float), r
 
 
 def test_hang_blocks_peers_in_update_actor(hung_demo, dashboard):

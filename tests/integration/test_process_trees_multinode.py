@@ -72,6 +72,12 @@ def test_trees_on_every_node(scenario_cluster, rollout, path):
     tp = [x for x in actors["vllm_server_0_0"]["processes"] if x["title"].startswith("VLLM::Worker")]
     assert all(x["rss_bytes"] > 100 << 20 and x["cpu_percent"] is not None for x in tp), tp
     assert doc["orphans"] == []
+    # the vLLM-shaped server's own /metrics, found on its listening socket (here, or through the probe there)
+    load = {r["actor_name"]: r for r in doc["rollout"]}
+    v = load["vllm_server_0_0"]
+    assert v["engine"] == "vllm" and v["address"].endswith(f":{rollout['vllm']['metrics_port']}"), v
+    assert v["problem"] is None and v["running"] == 0 and v["kv_cache_usage"] == 0.0, v
+    assert load["sglang_server_0_0"]["address"] is None and load["sglang_server_0_0"]["problem"], load
     if path == "probe":
         # every WorkerDict rank's tree was read on its own node too (none has children)
         wd = [a for a in doc["actors"] if a["class_name"].endswith("WorkerDict") and a["state"] == "ALIVE"]

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.engine.procs import Hook, Watch
+from tests.net import free_port
 from tests.wait import pilot_wait, wait_until
 from verltop.engine import recording_format as rf
 from verltop.engine.recording_reader import Recording
@@ -56,7 +57,8 @@ def watched(demo, tmp_path_factory):
     hook = Hook()
     extra = {"RAY_AUTH_TOKEN": demo.token} if demo.token else {}
     w = Watch(tmp / "w", demo.address, "--clear-after", "10", "--before", "60", "--webhook", hook.url,
-              "--on-incident", f'echo "$VERLTOP_INCIDENT_DIR" >> {tmp}/hooked', env=extra)
+              "--on-incident", f'echo "$VERLTOP_INCIDENT_DIR" >> {tmp}/hooked', "--metrics-port", str(free_port()),
+              env=extra)
     w.wait(lambda: "watching" in w.log(), 60, "the watch to start")
     w.wait(lambda: w.recorded() >= 3, 60, "three healthy snapshots in the recording")
     try:
@@ -89,6 +91,18 @@ def check_incident(w: Watch, inc: Path, since: float, group_hint: str | None = N
     return doc
 
 
+def metrics(w: Watch) -> dict[str, float]:
+    """The watch's /metrics, sample by sample (``name{labels}`` -> value)."""
+    import re
+    import urllib.request
+
+    port = re.search(r"Prometheus metrics at http://127.0.0.1:(\d+)/metrics", w.text())
+    assert port, w.text()[-2000:]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port.group(1)}/metrics", timeout=10) as r:
+        lines = r.read().decode().splitlines()
+    return {k: float(v) for k, _, v in (ln.rpartition(" ") for ln in lines if ln and not ln.startswith("#"))}
+
+
 def test_one_incident_per_hang_naming_the_straggler(demo, watched):
     w, hook, tmp = watched
     since = hang(demo)
@@ -98,6 +112,11 @@ def test_one_incident_per_hang_naming_the_straggler(demo, watched):
     w.wait(lambda: hook.posts and (tmp / "hooked").exists(), 30, "the webhook and the hook")
     assert hook.posts[0][2] == {"text": f"verltop: {(inc / 'summary.txt').read_text().strip()} ({inc})"}
     assert (tmp / "hooked").read_text().strip() == str(inc)
+    # the same, as Prometheus sees it (verltop watch --metrics-port)
+    m = metrics(w)
+    assert m['verltop_incidents_total{kind="hang"}'] == 1 and m["verltop_suspects"] == 1, m
+    group = json.loads((inc / "incident.json").read_text())["groups"][0]
+    assert sum(v for k, v in m.items() if k.startswith("verltop_stalled_actors{") and f'worker_group="{group}"' in k) >= 3
     n = w.recorded()  # more polls of the same stall
     w.wait(lambda: w.recorded() >= n + 3, 60, "three more snapshots in the recording")
     assert len(w.incidents()) == 1 and w.text().count("INCIDENT") == 1  # one per stall, not per poll

@@ -35,6 +35,7 @@ HUNG_FILE = "hung"
 RELEASE_FILE = "release"
 
 SANDBOX = str(Path(__file__).with_name("sandbox.py"))  # run by path, with -I -S: stdlib only
+MAX_NUM_SEQS = 16  # the engine's batch: requests past it wait (vLLM's max_num_seqs)
 
 
 def _record_pid(state_dir: str, role: str, rank: int) -> None:
@@ -59,6 +60,8 @@ class vLLMHttpServer:
         self._ids = itertools.count()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.engine_pids: dict[str, Any] = {}
+        self._gen_tokens = 0
+        self.metrics_port: int | None = None
 
     async def launch_server(self) -> dict[str, Any]:
         """Start the engine core (which starts its TP workers) and wait until every rank is up."""
@@ -79,7 +82,33 @@ class vLLMHttpServer:
         info = json.loads(ready)
         self.engine_pids = {"engine": self._engine.pid, "workers": info["workers"]}
         threading.Thread(target=self._read_outputs, name="engine_output_handler", daemon=True).start()
-        return {"server_pid": os.getpid(), **self.engine_pids}
+        # the OpenAI server's port, as verl's run_uvicorn binds it (the node's IP, port 0): here only /metrics
+        self._http = await asyncio.start_server(self._serve_http, _node_ip(), 0)
+        self.metrics_port = self._http.sockets[0].getsockname()[1]
+        return {"server_pid": os.getpid(), "metrics_port": self.metrics_port, **self.engine_pids}
+
+    def metrics_text(self) -> str:
+        """vLLM's own /metrics names (V1 engine, ``vllm/v1/metrics/loggers.py``) for what the demo's engine does."""
+        inflight = len(self._pending)
+        running, waiting = min(inflight, MAX_NUM_SEQS), max(0, inflight - MAX_NUM_SEQS)
+        labels = '{engine="0",model_name="demo"}'
+        rows = [("vllm:num_requests_running", "gauge", running), ("vllm:num_requests_waiting", "gauge", waiting),
+                ("vllm:kv_cache_usage_perc", "gauge", round(0.9 * running / MAX_NUM_SEQS, 4)),
+                ("vllm:num_preemptions_total", "counter", 0), ("vllm:generation_tokens_total", "counter", self._gen_tokens)]
+        return "".join(f"# TYPE {n.removesuffix('_total')} {t}\n{n}{labels} {float(v)}\n" for n, t, v in rows)
+
+    async def _serve_http(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+            ok = head.split(b"\r\n", 1)[0].split(b" ")[:2] == [b"GET", b"/metrics"]
+            body = self.metrics_text().encode() if ok else b"not found\n"
+            writer.write(b"HTTP/1.1 %s\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: %d\r\n"
+                         b"Connection: close\r\n\r\n%s" % (b"200 OK" if ok else b"404 Not Found", len(body), body))
+            await writer.drain()
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, asyncio.TimeoutError):
+            pass
+        finally:
+            writer.close()
 
     def _read_outputs(self) -> None:
         """The output handler: engine answers back to the awaiting coroutines."""
@@ -109,6 +138,7 @@ class vLLMHttpServer:
     async def generate(self, prompt_ids: list[int], request_id: str) -> dict[str, Any]:
         """One request through the engine's continuous batch."""
         out = await self._call({"op": "generate", "prompt_len": len(prompt_ids), "request_id": request_id})
+        self._gen_tokens += int(out["tokens"])
         return {"request_id": request_id, "response_len": out["tokens"]}
 
     async def update_weights(self, step: int, hang_rank: int = -1) -> dict[str, Any]:
@@ -118,6 +148,16 @@ class vLLMHttpServer:
 
     async def pids(self) -> dict[str, Any]:
         return {"server_pid": os.getpid(), **self.engine_pids}
+
+
+def _node_ip() -> str:
+    """The node's IP as Ray knows it (verl binds its servers there); ray is loaded already in a Ray worker."""
+    try:
+        import ray
+
+        return ray.util.get_node_ip_address().strip("[]")
+    except Exception:  # noqa: BLE001 - outside Ray (a unit test): loopback
+        return "127.0.0.1"
 
 
 def _settle(fut: asyncio.Future[dict[str, Any]], value: Any) -> None:

@@ -87,6 +87,7 @@ class Monitor(ActorPolls, TaskPolls, HistoryPolls, NodePolls, LocalPolls, Traini
             (self._poll_trees, lambda: min(2.0, self.iv.trees_s), None),
             (self._poll_pending, lambda: self.iv.actors_s, self.pending.state),  # it decides when to read
             (self._poll_training, lambda: max(self.iv.tasks_s, TRAINING_EVERY_S), None),
+            (self._poll_rollout, lambda: self.iv.rollout_s, None),
         ]
         if self.use_local:
             loop_specs.append((self._poll_local, lambda: self.iv.local_s, self.src.local))
@@ -105,6 +106,7 @@ class Monitor(ActorPolls, TaskPolls, HistoryPolls, NodePolls, LocalPolls, Traini
         self._tasks.clear()
         await self.timeline.stop()
         await self.remote.close()
+        await self.rollout.close()
         await self.client.close()
         if self.sampler and self.sampler.nvml_open:
             await asyncio.to_thread(self.sampler.close)
@@ -260,6 +262,7 @@ class Monitor(ActorPolls, TaskPolls, HistoryPolls, NodePolls, LocalPolls, Traini
                              a.node_id not in local})
             self.remote.ask(remote)
             await self._read_trees(remote)
+        await self._guarded(self._poll_rollout, None)  # its own /metrics (on other nodes: those asked about)
         if cpu_window_s > 0 and (self.src.local.value is not None or self.remote.trees):
             await asyncio.sleep(max(0.0, cpu_window_s - (time.monotonic() - t0)))
             if self.sampler is not None and self.src.local.value is not None:
@@ -275,6 +278,12 @@ class Monitor(ActorPolls, TaskPolls, HistoryPolls, NodePolls, LocalPolls, Traini
     async def _poll_pending(self, force: bool = False) -> None:
         """Unplaced placement groups and waiting tasks: fast while something is pending, else slowly."""
         await self.pending.poll(self.src.actors.value or [], self._record, force=force)
+
+    async def _poll_rollout(self) -> None:
+        """The rollout servers' own load (each one's /metrics): on this machine, and where the probe may look."""
+        node_ips = {n.node_id: n.ip for n in self.src.nodes.value or [] if n.ip}
+        if await self.rollout.poll(self.src.actors.value or [], self.local_node_ids(), node_ips, self.clock()):
+            self._dirty.set()
 
     # ---------------------------------------------------------- one-shot building blocks (engine/oneshot.py)
 

@@ -14,6 +14,7 @@ from verltop.analysis.snapshot_build import ClusterData, group_key
 from verltop.analysis.stalls import StallSettings
 from verltop.engine.base import Engine
 from verltop.engine.pending import PendingWatch
+from verltop.engine.rollout_load import RolloutWatch
 from verltop.engine.timeline import Timeline, TrendStore, Work
 from verltop.engine.trees import RemoteTrees
 from verltop.model import (
@@ -52,6 +53,7 @@ class Intervals:
     waiting_s: float = 5.0  # tasks waiting to run (per group, with retries)
     # process trees of other nodes (through a probe): only nodes asked about, while on screen
     trees_s: float = 10.0
+    rollout_s: float = 5.0  # the rollout servers' own /metrics (this machine's)
 
     @classmethod
     def every(cls, interval_s: float, timeout_s: float = 10.0) -> Intervals:
@@ -151,6 +153,10 @@ class PollState(Engine):
         self.work = Work()
         self.waiting: list[RawTask] = []  # tasks submitted and not running (per-group counts)
         self.last_dump: DumpReport | None = None  # the latest dump of the whole job (its suspects may stick)
+        # rollout servers on other nodes are found through their node's probe: on nodes whose processes were
+        # asked for (as trees are), or on every node when ``rollout_probe`` (a watch that exports metrics)
+        self.rollout_probe = False
+        self.rollout = RolloutWatch(timeout_s=min(2.0, self.iv.timeout_s), find=self._rollout_sockets)
 
     def _record(self, st: SourceState, r: D.Result) -> bool:
         st.tries += 1
@@ -189,6 +195,16 @@ class PollState(Engine):
 
     def _known_nodes(self) -> set[str]:
         return {n.node_id for n in (self.src.nodes.value or [])} | {a.node_id or "" for a in (self.src.actors.value or [])}
+
+    async def _rollout_sockets(self, node_id: str, pids: list[int]
+                               ) -> tuple[dict[int, list[tuple[str, int]]] | None, str | None]:
+        """The listening sockets of rollout servers on another node, through its probe (where allowed)."""
+        if not (self.rollout_probe or node_id in self.remote.asked):
+            return None, None
+        from verltop.sources.rollout import listening_many
+
+        value, problem = await self.remote.call(node_id, 10.0, listening_many, pids)
+        return (value, None) if problem is None else (None, f"its node's probe: {problem.text}")
 
     async def _hist_ready(self) -> None:
         await self._hist_free.wait()

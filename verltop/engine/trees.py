@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from verltop.model import Node, Problem, ProcTree, RawActor
 from verltop.sources.pyspy import DumpOptions
@@ -81,6 +82,16 @@ class RemoteTrees:
         if fresh and all(t.error is None for t in got):
             self.error = None
         return fresh
+
+    async def call(self, node_id: str, timeout_s: float, fn: Any, *args: Any) -> tuple[Any, Problem | None]:
+        """``fn(*args)`` on that node through its probe (started on first use, as for trees)."""
+        async with self._lock:
+            if self._pool is None:
+                from verltop.sources.probe import ProbePool  # imports ray: only here, only once asked
+
+                self._pool = ProbePool(DumpOptions(), self.address)
+            pool = self._pool
+        return await pool.call(node_id, timeout_s, fn, *args)
 
     def forget(self, alive: set[str]) -> None:
         """Drop the trees of nodes that left the cluster, and stop asking about them (a long run sees many

@@ -93,8 +93,14 @@ class Watcher:
         self._unsub: Callable[[], None] | None = None
         self._failures_seen: set[str] = set()  # failed calls already told (task ids)
         self.training = TrainingIncidents(self)  # anomaly and slow incidents
+        self.on_open: list[Callable[[str], None]] = []  # told each new incident's kind (the metrics endpoint)
 
     # ---------------------------------------------------------- lifecycle
+
+    def suspects(self) -> int:
+        """How many processes the incident under way names as suspects (0 without one, or no capture)."""
+        inc = self.current
+        return len(inc.report.suspects) if inc is not None and inc.report is not None else 0
 
     def _take_lock(self) -> None:
         self.cfg.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -333,6 +339,8 @@ class Watcher:
     # ---------------------------------------------------------- telling someone
 
     def _notify(self, inc: Incident) -> None:
+        for fn in self.on_open:
+            fn(incident_kind(inc))
         cfg = self.cfg
         line = f"{utc_time(inc.detected_at)} INCIDENT {inc.id}: {inc.summary} [{inc.dir}]"
         self.say(line)
@@ -429,6 +437,19 @@ class Watcher:
             self.say(line)
             log.info(line)
 
+
+
+def incident_kind(inc: Any) -> str:
+    """What opened an incident: its own ``kind`` where it has one, else ``hang`` when the snapshot that opened
+    it had stalled actors in its groups, ``death`` when only deaths did."""
+    kind = getattr(inc, "kind", None) or getattr(getattr(inc, "episode", None), "kind", None)
+    if isinstance(kind, str) and kind:
+        return kind
+    first = getattr(inc, "first", None)
+    groups = set(inc.groups)
+    stalled = first is not None and any(a.stalls and a.state not in ("DEAD", "RESTARTING")
+                                        and (a.worker_group or a.role) in groups for a in first.actors)
+    return "hang" if stalled or first is None else "death"
 
 
 def _label(a: ActorRow | None) -> str:

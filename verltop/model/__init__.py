@@ -31,6 +31,7 @@ from verltop.model.raw import (
     RawTask,
     Resources,
 )
+from verltop.model.rollout import RolloutLoad
 from verltop.model.rows import ActorRow, ProcRow, SourceStatus, Stall
 from verltop.model.snapshot import Snapshot
 from verltop.model.stacks import (
@@ -106,6 +107,7 @@ __all__ = [
     "RawPlacementGroup",
     "RawTask",
     "Resources",
+    "RolloutLoad",
     "SlowRank",
     "Snapshot",
     "SourceStatus",

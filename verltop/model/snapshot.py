@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from verltop.model.pending import PendingItem
 from verltop.model.raw import Node
+from verltop.model.rollout import RolloutLoad
 from verltop.model.rows import ActorRow, ProcRow, SourceStatus
 from verltop.model.steps import GroupWork, Step
 from verltop.model.training import SlowRank, TrainingView
@@ -33,6 +34,7 @@ class Snapshot:
     work: tuple[GroupWork, ...] = ()  # pending and retried tasks per worker group
     training: TrainingView | None = None  # verl's logged metrics and their anomalies, once found
     slow_ranks: tuple[SlowRank, ...] = ()  # workers that end a phase last, step after step
+    rollout: tuple[RolloutLoad, ...] = ()  # each rollout server's load, from its own /metrics
 
     @property
     def age_s(self) -> float | None:

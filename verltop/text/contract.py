@@ -29,6 +29,7 @@ from verltop.model import (
     PendingItem,
     ProcRow,
     RankDump,
+    RolloutLoad,
     SlowRank,
     Snapshot,
     StackGroup,
@@ -44,8 +45,8 @@ from verltop.text.suspects import suspect_reason
 from verltop.text.training import anomaly_sentence, slow_sentence
 
 
-def _round(v: float | None) -> float | None:
-    return None if v is None else round(v, 3)
+def _round(v: float | None, digits: int = 3) -> float | None:
+    return None if v is None else round(v, digits)
 
 
 # ---------------------------------------------------------------- snapshot --json
@@ -64,6 +65,22 @@ def snapshot_json(s: Snapshot) -> dict[str, Any]:
         "steps": [step_json(st) for st in s.steps],
         "training": None if s.training is None else training_json(s.training),
         "slow_ranks": [slow_rank_json(r) for r in s.slow_ranks],
+        "rollout": [rollout_json(r) for r in s.rollout],
+    }
+
+
+def rollout_json(r: RolloutLoad) -> dict[str, Any]:
+    """A rollout server's own load, from its /metrics (``rollout[]``)."""
+    return {
+        "actor_name": r.actor_name,
+        "address": r.address,
+        "running": r.running,
+        "waiting": r.waiting,
+        "kv_cache_usage": _round(r.kv_cache_usage, 4),
+        "preemptions_total": r.preemptions_total,
+        "gen_tokens_per_s": _round(r.gen_tokens_per_s),
+        "engine": r.engine,
+        "problem": r.problem,
     }
 
 

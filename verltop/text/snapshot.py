@@ -8,6 +8,7 @@ from verltop.model import ProcRow, Snapshot
 from verltop.text.cells import age, duration, pct, size, table
 from verltop.text.pending import pending_lines
 from verltop.text.processes import narrow_title
+from verltop.text.rollout import load_text, tail_line
 from verltop.text.stalls import stall_reasons
 from verltop.text.training import training_lines
 
@@ -40,6 +41,11 @@ def snapshot_text(s: Snapshot) -> str:
     actors = table(["GROUP", "ROLE", "RANK", "NODE", "PID", "GPU", "GPU%", "GMEM", "CPU%", "RSS", "STATE",
                     "TASK", "AGE", "STALL"], rows)
     out = [*head, *pending_lines(s), "", actors]
+    if s.rollout:
+        out += ["", "ROLLOUT (each server's own /metrics)"]
+        if (tail := tail_line(s.phase, s.rollout)) is not None:
+            out.append(tail)
+        out += [f"{r.actor_name or r.actor_id}  {r.address or '-'}  {load_text(r)}" for r in s.rollout]
     if s.orphans:
         out += ["", "ORPHANS (processes with no live actor above them)"]
         out.append(table(["NODE", "PID", "PPID", "GPU", "GMEM", "CPU%", "RSS", "TITLE"], [

@@ -10,8 +10,9 @@ from textual.screen import Screen
 from textual.widgets import Static
 
 from verltop.analysis.trends import Trend, spark
-from verltop.model import ActorRow
+from verltop.model import ActorRow, RolloutLoad
 from verltop.text.cells import age, duration, pct, size
+from verltop.text.rollout import load_text, tail_line
 from verltop.text.stalls import stall_reason
 from verltop.ui import keymap
 from verltop.ui.widgets.footer import Footer
@@ -19,7 +20,9 @@ from verltop.ui.widgets.footer import Footer
 LOG_LINES = 200
 
 
-def facts_text(a: ActorRow) -> Text:
+def facts_text(a: ActorRow, load: RolloutLoad | None = None, tail: str | None = None) -> Text:
+    """An actor's facts; a rollout server's with its engine's load (and, while one replica holds the
+    generation, which one: ``tail``)."""
     t = Text()
 
     def row(k: str, v: object, style: str = "") -> None:
@@ -43,6 +46,10 @@ def facts_text(a: ActorRow) -> Text:
     row("GPU", f"#{a.gpu_index}  util {pct(a.gpu_util_percent)}  mem {size(a.gpu_mem_bytes)}"
         if a.gpu_index is not None else None)
     row("host", f"CPU {pct(a.cpu_percent)}  RSS {size(a.rss_bytes)}")
+    if load is not None:  # a rollout server: its engine's own /metrics
+        row("engine load", f"{load_text(load)}" + (f"  ({load.address})" if load.address else ""))
+        if tail:
+            row("replicas", tail, "dark_orange")
     if a.num_restarts:
         row("restarts", f"{a.num_restarts} (Ray restarted this actor; a climbing count is a restart loop)",
             "dark_orange")
@@ -125,11 +132,19 @@ class DetailsScreen(Screen):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="details-box"):
-            yield Static(facts_text(self.actor), id="facts")
+            yield Static(facts_text(self.actor, *self._load()), id="facts")
             yield Static("", id="trends")
             yield Static("", id="log-title")
             yield Static("loading log…", id="log", markup=False)
         yield Footer()
+
+    def _load(self) -> tuple[RolloutLoad | None, str | None]:
+        """This actor's engine load (a rollout server's), and the replicas' long tail, from the latest snapshot."""
+        snap = getattr(self.app, "snapshot", None)
+        if snap is None:
+            return None, None
+        load = next((r for r in snap.rollout if r.actor_id == self.actor.actor_id), None)
+        return load, tail_line(snap.phase, snap.rollout) if load is not None else None
 
     def on_mount(self) -> None:
         self.action_reload()
@@ -137,6 +152,9 @@ class DetailsScreen(Screen):
         self.set_interval(5.0, self.show_trends)
 
     def show_trends(self) -> None:
+        load, tail = self._load()
+        if load is not None:  # the engine's load moves: shown afresh with the trends
+            self.query_one("#facts", Static).update(facts_text(self.actor, load, tail))
         self.query_one("#trends", Static).update(trends_text(self.app.engine.trend(self.actor.actor_id),
                                                              (self.size.width or 160) - 4))
 
