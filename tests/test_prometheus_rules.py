@@ -90,3 +90,16 @@ def test_the_grafana_dashboard_names_only_metrics_that_exist():
     assert missing == [], missing
     assert any(n.startswith("verltop_training_") for n in used) and any(n.startswith("ray_") for n in used)
     assert {"verltop_stalled_actors", "verltop_rollout_running_requests", "verltop_phase_duration_seconds"} <= used
+
+
+@needs_promtool
+def test_every_verl_metric_name_passes_promtools_lint():
+    """verl's keys as exported gauges: promtool's lint (abbreviated units, _total on a gauge) refuses none."""
+    if importlib.util.find_spec("verl") is None:
+        pytest.skip("needs verl (pip install -e '.[demo]')")
+    lines = []
+    for name in sorted({training_name(k) for k in verl_keys()}):
+        lines += [f"# HELP {name} verl's metric", f"# TYPE {name} gauge", f"{name} 1"]
+    p = subprocess.run([PROMTOOL, "check", "metrics"], input="\n".join(lines) + "\n", capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, (p.stdout + p.stderr)[:2000]

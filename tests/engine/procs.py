@@ -97,9 +97,21 @@ class Watch:
         p = self.dir / "watch.log"
         return p.read_text() if p.exists() else ""
 
-    def incidents(self) -> list[Path]:
+    def incidents(self, kinds: tuple[str, ...] = ("hang", "death")) -> list[Path]:
+        """The incident directories written so far, oldest first, of these kinds (a stall's or a death's by
+        default: the demo's training also gives ``anomaly`` and ``slow`` ones)."""
         d = self.dir / "incidents"
-        return sorted(p for p in d.iterdir() if (p / "incident.json").exists()) if d.is_dir() else []
+        if not d.is_dir():
+            return []
+        out = []
+        for p in sorted(d.iterdir()):
+            try:
+                doc = json.loads((p / "incident.json").read_text())
+            except (OSError, ValueError):  # not written yet, or being written
+                continue
+            if doc.get("kind", "hang") in kinds:
+                out.append(p)
+        return out
 
     def recording(self) -> Recording | None:
         """The recording as it stands (each frame is one write: it reads while being written); None before

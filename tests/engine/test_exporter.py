@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.analysis.helpers import row
 from tests.engine.helpers import synthetic_snapshots
 from tests.wait import wait_until_async
-from verltop.engine.exporter import Exporter, exposition, registry, serve, training_name
+from verltop.engine.exporter import Exporter, exposition, registry, serve, training_metric, training_name
 from verltop.engine.rollout_load import LOOPBACK, OTHER_NODE, RolloutWatch
 from verltop.model import PhaseRun, RawActor, RolloutLoad, Snapshot, Stall, Step
 
@@ -100,7 +100,10 @@ def test_labels_are_bounded_and_nothing_ray_exports():
 
 def test_training_names():
     assert training_name("actor/entropy") == "verltop_training_actor_entropy"
-    assert training_name("timing_s/gen") == "verltop_training_timing_s_gen"
+    assert training_name("timing_s/gen") == "verltop_training_timing_seconds_gen"
+    assert training_metric("perf/cpu_memory_used_gb") == ("verltop_training_perf_cpu_memory_used_bytes", 2.0 ** 30)
+    assert training_metric("timing_ms/gen") == ("verltop_training_timing_seconds_gen", 1e-3)
+    assert training_name("a/sampleable_count") == "verltop_training_a_sampleable_count_value"
     assert training_name("perf/Total Num-Tokens") == "verltop_training_perf_total_num_tokens"
     assert training_name("x/count_total") == "verltop_training_x_count_total_value"
     assert training_name("//") == "verltop_training_unnamed"
@@ -255,7 +258,7 @@ def test_training_metrics_anomalies_and_slow_ranks():
     f = scrape(exp)
     assert value(f, "verltop_step") == 12  # verl's own step
     assert value(f, "verltop_training_actor_entropy") == 0.02
-    assert value(f, "verltop_training_timing_s_gen") == 31.5
+    assert value(f, "verltop_training_timing_seconds_gen") == 31.5
     v = value(f, "verltop_training_critic_vf_loss")
     assert v is not None and v != v  # NaN is exported as NaN (the NaN alert reads the anomaly count)
     assert "verltop_training_actor_skipped" not in f

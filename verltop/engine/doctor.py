@@ -19,6 +19,7 @@ from verltop.model import DoctorReport, Node, Problem
 from verltop.sources import node_check
 from verltop.sources.dashboard import fetch_nodes, fetch_profiling_enabled
 from verltop.sources.http import DashboardClient
+from verltop.sources.probe_connect import watch_cluster_of
 from verltop.text.doctor import profiling_note, value_text
 
 log = logging.getLogger("verltop.doctor")
@@ -50,6 +51,7 @@ class DoctorJob:
                  on_progress: ProgressFn | None = None, probe_address: str = "auto",
                  clock: Callable[[], float] = time.time, runner: Any = None) -> None:
         self.client = client
+        watch_cluster_of(client.endpoint.address)
         self.path = path
         self.node_timeout_s = node_timeout_s
         self.on_progress = on_progress

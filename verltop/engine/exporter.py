@@ -26,11 +26,34 @@ from verltop.model import PHASES, Snapshot
 _BAD = re.compile(r"[^a-zA-Z0-9_]+")
 
 
+# Prometheus names carry base units (promtool's lint refuses abbreviated units and multiples of a base unit):
+# a word of verl's key that is a unit becomes the base unit, and the value is scaled (verl's GB are GiB)
+_UNITS = {"s": ("seconds", 1.0), "sec": ("seconds", 1.0), "ms": ("seconds", 1e-3), "us": ("seconds", 1e-6),
+          "ns": ("seconds", 1e-9), "m": ("seconds", 60.0), "h": ("seconds", 3600.0), "d": ("seconds", 86400.0),
+          "b": ("bytes", 1.0), "kb": ("bytes", 2.0 ** 10), "mb": ("bytes", 2.0 ** 20), "gb": ("bytes", 2.0 ** 30),
+          "tb": ("bytes", 2.0 ** 40), "pb": ("bytes", 2.0 ** 50)}
+_COUNTER_ONLY = ("_total", "_count", "_sum", "_bucket")  # suffixes a gauge may not end in
+
+
+def training_metric(key: str) -> tuple[str, float]:
+    """verl's metric key as a Prometheus name and the factor to its base unit: ``actor/entropy`` →
+    ``verltop_training_actor_entropy``, ``timing_s/gen`` → ``verltop_training_timing_seconds_gen``,
+    ``perf/max_memory_allocated_gb`` → ``verltop_training_perf_max_memory_allocated_bytes`` (× 2³⁰)."""
+    scale = 1.0
+    words = []
+    for w in _BAD.sub("_", key).strip("_").lower().split("_"):
+        if w in _UNITS:
+            w, f = _UNITS[w]
+            scale *= f
+        if w:
+            words.append(w)
+    name = "verltop_training_" + ("_".join(words) or "unnamed")
+    return (name + "_value" if name.endswith(_COUNTER_ONLY) else name), scale
+
+
 def training_name(key: str) -> str:
-    """verl's metric key as a Prometheus name: ``actor/entropy`` → ``verltop_training_actor_entropy``."""
-    name = "verltop_training_" + (_BAD.sub("_", key).strip("_").lower() or "unnamed")
-    # only counters end in _total (promtool's lint): a gauge that verl named so keeps it inside
-    return name + "_value" if name.endswith("_total") else name
+    """The Prometheus name of verl's metric ``key`` (``training_metric``)."""
+    return training_metric(key)[0]
 
 
 class Exporter(Collector):
@@ -170,12 +193,13 @@ def _training_metrics(snap: Snapshot) -> Iterator[Metric]:
         series = metrics[key]
         if not series or series[-1][1] is None:
             continue
-        name = training_name(key)
+        name, scale = training_metric(key)
         if name in names:
             continue  # two keys that sanitise alike: the first (sorted) keeps the name
         names.add(name)
-        m = GaugeMetricFamily(name, f"verl's {key} at the last step it was logged")
-        m.add_metric([], float(series[-1][1]))
+        m = GaugeMetricFamily(name, f"verl's {key} at the last step it was logged" +
+                              (f" (× {scale:g} to base units)" if scale != 1.0 else ""))
+        m.add_metric([], float(series[-1][1]) * scale)
         yield m
 
 

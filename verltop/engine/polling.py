@@ -32,6 +32,7 @@ from verltop.sources import dashboard as D
 from verltop.sources.config import Endpoint
 from verltop.sources.http import DashboardClient
 from verltop.sources.local import LocalSampler, local_addresses
+from verltop.sources.probe_connect import watch_cluster_of
 
 DETAIL_REFRESH_S = 30.0  # detail rows are re-read at least this often
 ROLES_EVERY_S = 15.0  # how often groups whose roles are unknown are looked up
@@ -108,6 +109,7 @@ class PollState(Engine):
         super().__init__(clock)
         self.endpoint = endpoint
         self.address = endpoint.address
+        watch_cluster_of(endpoint.address)
         self.iv = intervals or Intervals()
         self.stall = stall or StallSettings()
         self.client = DashboardClient(endpoint, transport=transport)

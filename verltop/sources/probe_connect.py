@@ -17,6 +17,35 @@ from verltop.sources.config import resolve_token
 
 NAMESPACE = "verltop-probe"
 
+# The dashboard this process watches: with address "auto" and several Ray clusters on this machine, the probes
+# join the one whose session logged this dashboard (ray.init would take the newest). One per process, as
+# ray.init is.
+_DASHBOARD: list[str] = []
+
+
+def watch_cluster_of(dashboard_url: str) -> None:
+    """Say which dashboard's cluster a probe of this process joins when its address is "auto"."""
+    _DASHBOARD[:] = [dashboard_url]
+
+
+def _auto_address() -> str:
+    """"auto", or the GCS of the watched dashboard's cluster when this machine runs more than one."""
+    if not _DASHBOARD or os.environ.get("RAY_ADDRESS", "").strip().lower() not in ("", "auto"):
+        return "auto"
+    try:
+        from ray._private.services import find_gcs_addresses
+
+        found = find_gcs_addresses()
+    except Exception:  # noqa: BLE001 - Ray's own lookup then decides, as before
+        return "auto"
+    if len(found) < 2:
+        return "auto"
+    from verltop.sources.ray_session import gcs_port_for_dashboard
+
+    port = gcs_port_for_dashboard(_DASHBOARD[0])
+    mine = [a for a in found if port is not None and a.rpartition(":")[2] == str(port)]
+    return mine[0] if len(mine) == 1 else "auto"
+
 
 def in_daemon_thread(fn: Any, *args: Any) -> asyncio.Future:
     """``fn(*args)`` in a daemon thread. ray.init to a GCS it cannot reach retries for many minutes: neither
@@ -65,6 +94,8 @@ def connect(address: str, node_ids: Iterable[str]) -> None:
     # RAY_ADDRESS may hold the dashboard's URL (verltop reads it there); ray.init wants the GCS
     if address == "auto" and os.environ.get("RAY_ADDRESS", "").lower().startswith(("http://", "https://")):
         del os.environ["RAY_ADDRESS"]
+    if address == "auto":
+        address = _auto_address()
     _gcs_reachable(address)
     import ray
 

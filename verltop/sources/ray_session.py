@@ -48,10 +48,11 @@ def session_dashboard(env: dict[str, str] | None = None, session: Path | None = 
     return None
 
 
-def session_gcs_ports(env: dict[str, str] | None = None) -> set[int]:
-    """The GCS ports of the latest local session (``gcs_server_port_<node id>``, as Ray 2.60's ``node.py``
-    writes them): a ``RAY_ADDRESS`` of ``host:port`` with one of them names this session's cluster."""
-    d = ray_temp_dir(env) / "session_latest"
+def session_gcs_ports(env: dict[str, str] | None = None, session: Path | None = None) -> set[int]:
+    """The GCS ports of the latest local session, or of the ``session`` directory given
+    (``gcs_server_port_<node id>``, as Ray 2.60's ``node.py`` writes them): a ``RAY_ADDRESS`` of ``host:port``
+    with one of them names this session's cluster."""
+    d = session or ray_temp_dir(env) / "session_latest"
     out = set()
     try:
         for p in d.glob("gcs_server_port_*"):
@@ -72,3 +73,28 @@ def answers(url: str, timeout_s: float = 0.3) -> bool:
             return True
     except (OSError, ValueError):
         return False
+
+
+def gcs_port_for_dashboard(url: str, env: dict[str, str] | None = None) -> int | None:
+    """The GCS port of the local session whose dashboard listens at ``url``, or None when no session on this
+    machine logged that address. Several clusters can run on one machine; ray.init's "auto" joins the newest,
+    which need not be the one verltop watches."""
+    want = urlsplit(url if "://" in url else "http://" + url)
+    try:
+        sessions = sorted(ray_temp_dir(env).glob("session_2*"), reverse=True)  # newest first
+    except OSError:
+        return None
+    for d in sessions[:32]:
+        got = session_dashboard(env, session=d)
+        if got is None:
+            continue
+        have = urlsplit(got)
+        if have.port == want.port and _same_host(have.hostname, want.hostname):
+            ports = session_gcs_ports(env, session=d)
+            return next(iter(ports)) if len(ports) == 1 else None
+    return None
+
+
+def _same_host(a: str | None, b: str | None) -> bool:
+    loop = {None, "", "localhost", "127.0.0.1", "0.0.0.0", "::1"}
+    return a == b or (a in loop and b in loop)
