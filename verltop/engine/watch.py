@@ -36,7 +36,7 @@ from verltop.engine.recording_format import SEGMENTS
 from verltop.engine.recording_reader import Recording, export_window
 from verltop.engine.recording_writer import Limits, Recorder, RecordingWriter
 from verltop.engine.watch_training import TrainingIncidents
-from verltop.model import ActorRow, CollectiveInfo, Problem, Snapshot
+from verltop.model import ActorRow, CollectiveInfo, DumpReport, Problem, Snapshot
 from verltop.sources.pyspy import DumpOptions
 from verltop.text.cells import utc_time
 
@@ -238,18 +238,24 @@ class Watcher:
                 inc.escalate(now, "peers_failed", f"{_label(rows.get(run.actor_id or ''))} failed in {method} "
                                                   f"(a collective gave up waiting): {run.error}")
             job = self.job
+            report = None
             if job is not None and job.report is not None and job.client is not None:
                 report = job.add_failures(await job.read_failed())
-                if report is not None:
-                    inc.report = report
-                    assert self.recorder is not None
-                    self.recorder.dump(report, None, inc.id)
-            inc.analyse()
-            self._record_incident(inc, "updated")
-            await self._write(inc)
-            line = f"{utc_time(now)} incident {inc.id}: {inc.escalations[-1]['text']}"
-            self.say(line)
-            log.info(line)
+            await self._escalated(inc, report, now)
+
+    async def _escalated(self, inc: Incident, report: DumpReport | None, now: float) -> None:
+        """An incident that got new evidence: its dump analysed again (``report``, when there is one), its files
+        rewritten, a line said."""
+        if report is not None:
+            inc.report = report
+            assert self.recorder is not None
+            self.recorder.dump(report, None, inc.id)
+        inc.analyse()
+        self._record_incident(inc, "updated")
+        await self._write(inc)
+        line = f"{utc_time(now)} incident {inc.id}: {inc.escalations[-1]['text']}"
+        self.say(line)
+        log.info(line)
 
     async def _open(self, ev: IncidentEvent, snap: Snapshot) -> None:
         cfg = self.cfg
@@ -426,16 +432,7 @@ class Watcher:
             for aid, c in new.items():
                 inc.escalate(time.time(), "collective", _collective_text(rows.get(aid), c))
             report = job.add_evidence(found, notes)
-            if report is not None and inc.report is not None:
-                inc.report = report
-                assert self.recorder is not None
-                self.recorder.dump(report, None, inc.id)
-            inc.analyse()
-            self._record_incident(inc, "updated")
-            await self._write(inc)
-            line = f"{utc_time(time.time())} incident {inc.id}: {inc.escalations[-1]['text']}"
-            self.say(line)
-            log.info(line)
+            await self._escalated(inc, report if inc.report is not None else None, time.time())
 
 
 
