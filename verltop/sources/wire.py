@@ -9,7 +9,7 @@ from __future__ import annotations
 import _thread
 import re
 import socket
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
@@ -170,6 +170,15 @@ def _connect(host: str, port: int, timeout_s: float) -> socket.socket:
     return socket.create_connection((host, port), timeout=timeout_s)
 
 
+def _fetch_into(fut: Future, address: str, path: str, params: Params, headers: dict[str, str],
+                timeout_s: float) -> None:
+    result = get(address, path, params, headers, timeout_s)
+    try:
+        fut.set_result(result)
+    except InvalidStateError:  # whoever took it gave up waiting (cancelled) before the answer came
+        pass
+
+
 class Prefetch:
     """GETs started now, each in its own thread; ``take(path, params)`` hands over one's outcome (a
     ``concurrent.futures.Future``) to whoever asks for exactly that read first."""
@@ -184,8 +193,7 @@ class Prefetch:
             fut: Future = Future()
             self._futures[(path, tuple(params or ()))] = fut
             # a bare thread: threading.Thread.start() would wait until it runs, and the point is not to wait
-            _thread.start_new_thread(lambda f=fut, p=path, q=params: f.set_result(get(address, p, q, headers,
-                                                                                       timeout_s)), ())
+            _thread.start_new_thread(_fetch_into, (fut, address, path, params, headers, timeout_s))
 
     def take(self, path: str, params: Params) -> Future | None:
         return self._futures.pop((path, tuple(params or ())), None)
