@@ -126,7 +126,9 @@ def test_tp_hang_sits_in_the_weight_load_and_peers_wait(tp_hung_demo):
     assert tp_hung_demo.progress()["phase"] == "update_weights" and tp_hung_demo.progress()["hanging"]
     tp1 = _stack(pids["tp_worker1"])
     assert "_load_weights_bucket" in tp1 and "update_weights" in tp1 and "worker_busy_loop" in tp1, tp1
-    tp0 = _stack(pids["tp_worker0"])
+    # TP0 loads its last buckets before it reaches the check's all-reduce: a busy machine takes a while
+    tp0 = wait_until(lambda: (st := _stack(pids["tp_worker0"])) and "all_reduce" in st and st, 30,
+                     "TP worker 0 in the weight check's all_reduce", step=0.3, detail=lambda: _stack(pids["tp_worker0"]))
     assert "all_reduce" in tp0 and "update_weights" in tp0 and "_load_weights_bucket" not in tp0, tp0
     core = _stack(pids["engine_core0"])
     assert "get_response" in core and "collective_rpc" in core and "run_busy_loop" in core, core
