@@ -10,6 +10,17 @@ from __future__ import annotations
 
 from verltop.model.doctor import CheckValue, DoctorNode, DoctorReport, Finding, Mismatch
 from verltop.model.flight_recorder import FrEntry, FrRank
+from verltop.model.memory import (
+    LIMIT_SOURCES,
+    MEMORY_KINDS,
+    OOM_HOWS,
+    EngineHold,
+    Headroom,
+    MemoryGrowth,
+    MemoryView,
+    OomVerdict,
+    PhaseMemory,
+)
 from verltop.model.pending import (
     Capacity,
     ClusterLoad,
@@ -59,6 +70,15 @@ from verltop.model.steps import PHASES, GroupWork, PhaseRun, Step
 from verltop.model.training import ANOMALY_KINDS, Anomaly, SlowRank, TrainingView
 
 __all__ = [
+    "LIMIT_SOURCES",
+    "MEMORY_KINDS",
+    "OOM_HOWS",
+    "EngineHold",
+    "Headroom",
+    "MemoryGrowth",
+    "MemoryView",
+    "OomVerdict",
+    "PhaseMemory",
     "ANOMALY_KINDS",
     "PHASES",
     "ActorRow",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from verltop.model.memory import MemoryView
 from verltop.model.pending import PendingItem
 from verltop.model.raw import Node
 from verltop.model.rollout import RolloutLoad
@@ -35,6 +36,7 @@ class Snapshot:
     training: TrainingView | None = None  # verl's logged metrics and their anomalies, once found
     slow_ranks: tuple[SlowRank, ...] = ()  # workers that end a phase last, step after step
     rollout: tuple[RolloutLoad, ...] = ()  # each rollout server's load, from its own /metrics
+    memory: MemoryView | None = None  # by phase and rank, growth, headroom, OOM verdicts (needs history)
 
     @property
     def age_s(self) -> float | None:
