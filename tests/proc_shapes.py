@@ -11,6 +11,7 @@ vLLM's workers, SGLang on its schedulers). Stdlib + setproctitle only.
 from __future__ import annotations
 
 import json
+import select
 import subprocess
 import sys
 import time
@@ -59,7 +60,7 @@ def _main(spec: dict[str, Any]) -> None:
                 pass
             time.sleep(0.1 * (1 - busy))
         else:
-            time.sleep(3600)
+            select.select([], [], [], 3600)  # idle in C, as a worker waiting on a socket
 
 
 if __name__ == "__main__":

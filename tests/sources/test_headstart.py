@@ -18,13 +18,13 @@ from verltop.sources import headstart, pyspy
 from verltop.sources.pyspy import DumpOptions
 
 ROOT = Path(__file__).resolve().parents[2]
-WORKER = """import sys, time
+WORKER = """import select, sys, time
 sys.path.insert(0, {root!r})
 from tests.shapes import set_title
 set_title("ray::WorkerDict.actor_rollout_generate_sequences")
 print("ready", flush=True)
 def waiting_in_headstart_test():
-    time.sleep(120)
+    select.select([], [], [], 120)  # blocked in C until the test ends
 waiting_in_headstart_test()
 """
 

@@ -73,7 +73,7 @@ def test_slow_dashboard_times_out(replay):
     import time
 
     async def slow(req):
-        await asyncio.sleep(4)
+        await asyncio.Event().wait()  # never answers
 
     replay.hooks["/api/v0/actors"] = slow
     t0 = time.monotonic()

@@ -44,7 +44,7 @@ FAKE_RAYLET = textwrap.dedent("""
     ctypes.CDLL(None).prctl(15, b"raylet", 0, 0, 0)  # PR_SET_NAME: /proc/PID/stat now says (raylet)
     secret = os.environ["WANDB_API_KEY"]
     base = {"PATH": os.environ["PATH"], "PYTHONPATH": os.environ.get("PYTHONPATH", ""), "WANDB_API_KEY": secret}
-    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    sleeper = [sys.executable, "-c", "import select; select.select([], [], [], 60)"]
 
     def start(title, **env):
         return subprocess.Popen([title, *sleeper[1:]], executable=sys.executable, env={**base, **env})
@@ -226,9 +226,10 @@ def test_gpus_without_nvml(monkeypatch):
 
 
 def test_collect_reports_a_part_that_hangs_and_returns_the_rest(monkeypatch):
+    import threading
     import time
 
-    monkeypatch.setattr(node_check, "gpus", lambda: time.sleep(30))  # NVML on a GPU that fell off the bus
+    monkeypatch.setattr(node_check, "gpus", lambda: threading.Event().wait(30))  # NVML on a GPU that fell off the bus
     t0 = time.monotonic()
     f = node_check.collect(None, budget_s=1.0)
     assert time.monotonic() - t0 < 5
