@@ -198,7 +198,7 @@ async def test_a_watch_escalates_with_the_peers_failure_and_a_later_dump_says_st
                                "the incident, escalated with the peers' failure", detail=lambda: lines[-5:])
         d = doc()
         esc = next(e for e in d["escalations"] if e["kind"] == "peers_failed")
-        assert esc["text"].startswith(f"rank 0 of {c.info['prefix']} failed in actor_rollout_act ") and \
+        assert esc["text"].startswith(f"{c.info['prefix']}:0 failed in actor_rollout_act (a collective gave up ") and \
             "Timed out waiting 3000ms" in esc["text"], esc
         assert [(s["rank"], s["pid"]) for s in d["suspects"]] == [(1, c.pids[1])], d["suspects"]
         assert f"Suspect: rank 1 of {c.info['prefix']} (pid {c.pids[1]})" in d["summary"], d["summary"]
