@@ -135,3 +135,43 @@ def test_an_engine_core_reading_its_workers_through_a_comprehension_waits_on_the
     ends = {c.ends_in.process for c in rep.chains}
     assert ends == {"VLLM::Worker_TP1"}, [end_text(c.ends_in) for c in rep.chains]
     assert [(s.pid, s.why[0].kind) for s in rep.suspects] == [(32, "tp")]
+
+
+def _async_with_thread(frames) -> ProcessDump:
+    """An async actor awaiting (its loop idle) with a thread of its own running ``frames``."""
+    base = idle_async()
+    return ProcessDump(1, threads=(*base.threads, ThreadStack(3, "Thread-1 (worker)", True, False, frames)))
+
+
+def test_an_async_server_with_a_pipe_reader_thread_waits_on_its_engine_and_is_no_suspect():
+    """The rollout server awaits its engine in update_weights while a thread of its own reads the engine's
+    pipe (``for line in proc.stdout``: a read in C, its innermost Python frame its own code): the chain runs
+    on through the engine core to the TP worker outside the collective, the one suspect; the server is none.
+    A thread the task handed work to (an executor's) is the task's: there the chain ends in the server."""
+    ctl, _al, srv, drv = rows()
+    srv = replace(srv, task="vLLMHttpServer.update_weights")
+    run = task("0" * 16, "TaskRunner.run", CTL, driver_task_id(JOB), 10)
+    upd = task("1" * 16, "vLLMHttpServer.update_weights", SRV, run.task_id, 30)
+    core = ChildProc(SRV, 50, 30, "VLLM::EngineCore_DP0")
+    tps = [ChildProc(SRV, 31 + k, 50, f"VLLM::Worker_TP{k}") for k in (0, 1)]
+    reads = stack(("MultiprocExecutor.get_response", "/x/vllm/v1/executor/multiproc_executor.py", 312),
+                  ("MultiprocExecutor.collective_rpc", "/x/vllm/v1/executor/multiproc_executor.py", 290))
+    in_ar = stack(("all_reduce", "/x/torch/distributed/distributed_c10d.py", 2800),
+                  ("WorkerProc.update_weights", "/x/vllm/v1/executor/multiproc_executor.py", 44),
+                  ("WorkerProc.worker_busy_loop", "/x/vllm/v1/executor/multiproc_executor.py", 34))
+    reader = stack(("vLLMHttpServer._read_outputs", "/app/rollout.py", 116),
+                   ("Thread.run", "/usr/lib/python3.11/threading.py", 982),
+                   ("Thread._bootstrap_inner", "/usr/lib/python3.11/threading.py", 1045)).threads[0].frames
+    dumps = {CTL: [controller_in_get()] * 2, drv.actor_id: [controller_in_get()] * 2,
+             f"{SRV}:50": [reads, reads], f"{SRV}:31": [in_ar, in_ar], f"{SRV}:32": [engine(), engine()]}
+    rep = analyse([ctl, srv, drv], {**dumps, SRV: [_async_with_thread(reader)] * 2}, 0.0,
+                  children=[core, *tps], tasks=[run, upd])
+    assert {c.ends_in.process for c in rep.chains} == {"VLLM::Worker_TP1"}, [end_text(c.ends_in) for c in rep.chains]
+    assert [h.pid for h in rep.chains[0].path] == [5, 10, 30, 50, 32]
+    assert [s.pid for s in rep.suspects] == [32], [(s.pid, suspect_reason(s)) for s in rep.suspects]
+    # the same server awaiting run_in_executor(my_fn): the executor's thread is the task's work
+    pool = stack(("my_fn", "/app/rollout.py", 70), ("_WorkItem.run", "/usr/lib/python3.11/concurrent/futures/thread.py", 58),
+                 ("_worker", "/usr/lib/python3.11/concurrent/futures/thread.py", 83)).threads[0].frames
+    rep = analyse([ctl, srv, drv], {**dumps, SRV: [_async_with_thread(pool)] * 2}, 0.0,
+                  children=[core, *tps], tasks=[run, upd])
+    assert 30 in {c.ends_in.pid for c in rep.chains}, [end_text(c.ends_in) for c in rep.chains]

@@ -26,9 +26,9 @@ def test_absolute_age():
 def test_k_times_median_needs_three_samples():
     h = TaskHistory()
     for i in range(2):
-        h.seed([("x", "g", "m", 100.0 * i, 100.0 * i + 5)])
+        h.seed([(f"t{i}", "x", "g", "m", 100.0 * i, 100.0 * i + 5)])
     assert rules(view(running_s=60, start_s=940), h) == []
-    h.seed([("x", "g", "m", 300.0, 305.0)])
+    h.seed([("t2", "x", "g", "m", 300.0, 305.0)])
     st = stalls_for(view(running_s=60, start_s=940), h, 1000.0, StallSettings())
     assert [s.rule for s in st] == ["median"] and "12× longer than usual" in stall_reason(st[0])
 
@@ -68,7 +68,7 @@ def test_gpu_idle_for_the_whole_task():
 def test_history_is_bounded():
     h = TaskHistory()
     for i in range(2000):
-        h.seed([(f"a{i}", f"g{i % 900}", "m", float(i), float(i) + 1)])
+        h.seed([(f"t{i}", f"a{i}", f"g{i % 900}", "m", float(i), float(i) + 1)])
     assert len(h.durations) <= 512 and all(len(d) <= 64 for d in h.durations.values())
 
 
@@ -92,7 +92,7 @@ def test_sub_second_median_reads_as_a_ratio_not_infinity():
     median 0 s)`: the numbers are kept, and the texts say what they are."""
     h = TaskHistory()
     for i in range(3):
-        h.seed([("x", "g", "m", 100.0 * i, 100.0 * i + 0.2)])
+        h.seed([(f"t{i}", "x", "g", "m", 100.0 * i, 100.0 * i + 0.2)])
     (st,) = stalls_for(view(running_s=21.0, start_s=979.0), h, 1000.0, StallSettings())
     assert st.rule == "median" and st.median_s == 0.2 and round(st.ratio) == 105
     assert stall_tag(st) == "105× median"
@@ -100,7 +100,7 @@ def test_sub_second_median_reads_as_a_ratio_not_infinity():
     # a median of nothing at all (tasks that finish within a poll): no division, no "0 s"
     h0 = TaskHistory()
     for i in range(3):
-        h0.seed([("x", "g", "m", 100.0 * i, 100.0 * i)])
+        h0.seed([(f"t{i}", "x", "g", "m", 100.0 * i, 100.0 * i)])
     (st0,) = stalls_for(view(running_s=21.0, start_s=979.0), h0, 1000.0, StallSettings())
     assert st0.ratio is None and stall_tag(st0) == "far over median"
     assert stall_reason(st0) == "running far longer than usual (21s; it usually takes under 0.1s)"
@@ -133,3 +133,16 @@ def test_runs_read_after_they_ended_feed_the_medians_once():
     assert sorted(h.durations[("g", "m")]) == [0.2, 0.2, 0.2, 5.0] or len(h.durations[("g", "m")]) == 4
     st = stalls_for(view(running_s=60, start_s=940), h, 1000.0, StallSettings())
     assert [s.rule for s in st] == ["median"]
+
+
+def test_the_seed_and_the_timelines_later_reads_count_a_run_once():
+    """The start-up seed's runs, read again by the timeline's refinement, and a run a poll saw running that
+    the seed also read finished: each counts once (by task id), so the medians do not drift with reads."""
+    h = TaskHistory()
+    h.observe([("r0", "a0", "g", "m", 90.0)], 95.0)  # a poll saw r0 running before the seed answered
+    seed = [(f"s{i}", "a0", "g", "m", 100.0 + i, 100.2 + i) for i in range(3)] + [("r0", "a0", "g", "m", 90.0, 96.0)]
+    h.seed(seed)
+    assert len(h.durations[("g", "m")]) == 3 and h.methods_by_actor["a0"]
+    assert h.add_finished(seed) == 0  # the timeline reads the same runs again
+    h.observe([], 97.0)  # r0 seen ending: counted here, once
+    assert len(h.durations[("g", "m")]) == 4 and h.add_finished([("r0", "a0", "g", "m", 90.0, 96.0)]) == 0

@@ -5,9 +5,12 @@ is ``test_aftermath.py``). One verl worker group ``af`` (two ranks, ``WorkerDict
 ``create_colocated_worker_cls``) whose gloo groups time out after ``TIMEOUT_S``, and ``TaskRunner``, the
 controller. Commands (each ``tag`` names a release file ``{state_dir}/release-{tag}``):
 
-- ``straggle`` ``{"tag", "then": "wait"|"give_up"}``: rank 0 enters ``all_reduce``, rank 1 sits in
-  ``_slow_reward_fn`` until released; rank 0's call FAILS with gloo's timeout. The controller catches the
-  RayTaskError and then waits on rank 1's result (``wait``) or gives the batch up and returns (``give_up``);
+- ``straggle`` ``{"tag", "then": "wait"|"give_up", "group"}``: rank 0 enters ``all_reduce`` (of the gloo group
+  ``group``, by default ``then``'s), rank 1 sits in ``_slow_reward_fn`` until released; rank 0's call FAILS with
+  gloo's timeout. The controller catches the RayTaskError and then waits on rank 1's result (``wait``) or gives
+  the batch up and returns (``give_up``);
+- ``go_on`` ``{"tag"}``: after a ``give_up``, the controller's next call goes to rank 0 alone (it computes, in a
+  loop, until released): the peer that failed waiting is at work again, no witness any more;
 - ``reward`` ``{"tag"}``: the controller submits ``act`` to both ranks (they compute, in a loop, until released)
   and goes into ``my_reward_fn``, code of its own, until released; the driver (this process) waits on it in
   ``ray.get`` (the reply comes once released);
@@ -56,7 +59,7 @@ class AftermathWorker(Worker):
         addr, port = self.get_master_addr_port()
         dist.init_process_group(backend="gloo", init_method=f"tcp://{addr}:{port}", rank=self.rank,
                                 world_size=self.world_size, timeout=timedelta(seconds=TIMEOUT_S))
-        for tag in ("wait", "give_up"):  # a fresh group per hang: a gloo group that timed out is spent
+        for tag in ("wait", "give_up", "watch"):  # a fresh group per hang: a gloo group that timed out is spent
             _GROUPS[tag] = dist.new_group(backend="gloo", timeout=timedelta(seconds=TIMEOUT_S))
         ctx = ray.get_runtime_context()
         return {"rank": self.rank, "pid": os.getpid(), "actor_id": ctx.get_actor_id()}
@@ -107,8 +110,9 @@ class TaskRunner:
         ranks = self.wg.setup()
         return {"prefix": wg_dict.name_prefix, "ranks": ranks, "runner_pid": os.getpid()}
 
-    def straggle(self, tag: str, then: str) -> dict[str, Any]:
-        refs = self.wg.execute_all_async("actor_rollout_act", {"0": "all_reduce", "1": "straggle"}, tag, then)
+    def straggle(self, tag: str, then: str, group: str | None = None) -> dict[str, Any]:
+        refs = self.wg.execute_all_async("actor_rollout_act", {"0": "all_reduce", "1": "straggle"}, tag,
+                                         group or then)
         try:
             ray.get(refs)
             return {"error": None}
@@ -118,6 +122,9 @@ class TaskRunner:
             return {"error": err}
         ray.get(refs[1])  # the straggler's result is still owed
         return {"error": err, "waited": True}
+
+    def go_on(self, tag: str) -> None:
+        self.next = self.wg.workers[0].actor_rollout_act.remote({"0": "compute"}, tag, "wait")
 
     def reward(self, tag: str) -> float:
         refs = self.wg.execute_all_async("actor_rollout_act", {"0": "compute", "1": "compute"}, tag, "wait")
@@ -143,7 +150,10 @@ class Host:
     def handle(self, cmd: dict[str, Any]) -> dict[str, Any]:
         op, tag = cmd["cmd"], cmd.get("tag", "")
         if op == "straggle":
-            self.pending[tag] = self.runner.straggle.remote(tag, cmd["then"])
+            self.pending[tag] = self.runner.straggle.remote(tag, cmd["then"], cmd.get("group"))
+            return {}
+        if op == "go_on":
+            ray.get(self.runner.go_on.remote(tag))
             return {}
         if op == "reward":
             return {"score": ray.get(self.runner.reward.remote(tag))}  # the driver waits in ray.get

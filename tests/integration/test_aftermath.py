@@ -11,6 +11,7 @@ group (``aftermath_job.py``: two gloo ranks whose collectives time out after 3 s
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -25,7 +26,7 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.wait import wait_until
+from tests.wait import wait_until, wait_until_async
 
 pytestmark = pytest.mark.ray
 
@@ -160,6 +161,63 @@ def test_the_straggler_stays_named_after_its_peers_collective_failed(aftermath, 
         c.release(then)
     r = c.cmd(cmd="wait", tag=then)
     assert r["done"] and "Timed out" in r["result"]["error"], r
+
+
+async def test_a_watch_escalates_with_the_peers_failure_and_a_later_dump_says_still(aftermath, tmp_path):
+    """``watch`` from before the hang: the incident names rank 1 and is escalated with rank 0's failed
+    collective (its error); then the controller goes on with rank 0 alone (it computes: no witness any more),
+    and the next dump of the same engine, whose rules alone would name nobody, still names rank 1 ("still")."""
+    from verltop.analysis.stalls import StallSettings
+    from verltop.engine.monitor import Intervals, Monitor
+    from verltop.engine.watch import Watcher, WatchSettings
+    from verltop.sources.config import Endpoint, resolve_token
+    from verltop.sources.pyspy import DumpOptions
+    from verltop.text.suspects import suspect_reason
+
+    c = aftermath
+    await asyncio.to_thread(wait_until, lambda: _idle(c), 30, "both ranks idle")
+    mon = Monitor(Endpoint(c.address, "--address", resolve_token()[0], None),
+                  Intervals(actors_s=1.0, tasks_s=1.0, nodes_s=5, node_detail_s=5, timeout_s=10), StallSettings())
+    lines: list[str] = []
+    w = Watcher(mon, WatchSettings(dir=tmp_path / "w", samples=2, clear_after_s=300, evidence_every_s=600), lines.append)
+    stop = asyncio.Event()
+    task = asyncio.create_task(w.run(stop))
+    tag = "watched"
+    try:
+        shown: list = []
+        mon.subscribe(shown.append)
+        await wait_until_async(lambda: len(shown) >= 2 and {c.ids[0], c.ids[1]} <= {a.actor_id for a in shown[-1].actors},
+                               60, "the watch's first snapshots")
+        await asyncio.to_thread(c.cmd, cmd="straggle", tag=tag, then="give_up", group="watch")
+
+        def doc() -> dict[str, Any]:
+            ps = sorted((tmp_path / "w" / "incidents").glob("*/incident.json"))
+            return json.loads(ps[-1].read_text()) if ps else {}
+
+        await wait_until_async(lambda: any(e["kind"] == "peers_failed" for e in doc().get("escalations", ())), 90,
+                               "the incident, escalated with the peers' failure", detail=lambda: lines[-5:])
+        d = doc()
+        esc = next(e for e in d["escalations"] if e["kind"] == "peers_failed")
+        assert esc["text"].startswith(f"{c.info['prefix']}:0 failed in actor_rollout_act (a collective gave up ") and \
+            "Timed out waiting 3000ms" in esc["text"], esc
+        assert [(s["rank"], s["pid"]) for s in d["suspects"]] == [(1, c.pids[1])], d["suspects"]
+        assert f"Suspect: rank 1 of {c.info['prefix']} (pid {c.pids[1]})" in d["summary"], d["summary"]
+        assert any("failed in actor_rollout_act" in ln for ln in lines), lines
+        # the controller goes on: rank 0 at work in its own code, its failure no longer witnesses anything
+        await asyncio.to_thread(c.cmd, cmd="go_on", tag=tag)
+        await wait_until_async(lambda: next(a for a in mon.snapshot().actors if a.actor_id == c.ids[0]).task,
+                               30, "rank 0 at work again")
+        rep = await mon.dump(mon.snapshot(), None, DumpOptions(samples=2)).run()
+        assert rep is not None
+        (s1,) = [s for s in rep.suspects if s.pid == c.pids[1]]
+        reason = suspect_reason(s1)
+        assert reason.startswith("still: ") and "_slow_reward_fn" in reason, reason
+        assert all(w.still for w in s1.why), s1.why
+    finally:
+        c.release(tag)
+        stop.set()
+        await asyncio.wait_for(task, 60)
+    assert (await asyncio.to_thread(c.cmd, cmd="wait", tag=tag))["done"]
 
 
 def test_a_controller_in_its_own_reward_function_ends_its_chain(aftermath):

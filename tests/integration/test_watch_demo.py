@@ -1,14 +1,18 @@
 """``verltop watch`` on the demo's real verl job (local Ray cluster, gloo), nobody watching: each hang becomes
 one incident directory whose summary names the straggler and the collective its peers wait in, written
-within the stall rule plus 10 s; the webhook reaches a local HTTP server; a second hang is a second
-incident; ``verltop replay`` of the incident shows the rows turning red and the recorded dump; and the
+within the stall rule plus 10 s; the webhook reaches a local HTTP server; a second hang (a TP worker of the
+rollout server, minutes into the watch) is a second incident, flagged as fast as a fresh start flags it and
+named as the user sees it; ``verltop replay`` of the incident shows the rows turning red and the recorded dump; and the
 watch killed with SIGKILL mid-write leaves a recording that opens and replays."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -130,14 +134,55 @@ def test_one_incident_per_hang_naming_the_straggler(demo, watched):
     w.wait(lambda: " over: " in w.text(), 60, "the end of the incident")
 
 
-def test_a_second_hang_is_a_second_incident(demo, watched):
+def fresh_snapshot(demo) -> dict:
+    """``verltop snapshot --json``: what a fresh start knows (its medians from the finished runs it reads)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_DASHBOARD_ADDRESS")}
+    if demo.token:
+        env["RAY_AUTH_TOKEN"] = demo.token
+    p = subprocess.run([sys.executable, "-m", "verltop", "--address", demo.address, "snapshot", "--json"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return json.loads(p.stdout)
+
+
+def test_a_second_hang_a_tp_worker_is_a_second_incident_flagged_as_a_fresh_start_does(demo, watched):
+    """The same watch, running since before the first hang (an incident behind it), and TP worker 1 of the
+    rollout server hung in its weight load: the server's ``update_weights`` (shorter than a poll when healthy:
+    its medians come from finished runs read later) is stalled by the median rule, as a fresh start says, not
+    after the 5-minute rule; the summary names the worker as the user sees it (server / process, pid), never
+    an id; the phase the incident and the header say is the timeline's for the running call."""
     w, hook, _ = watched
-    since = hang(demo)
+    demo.request_hang("tp1")
+    wait_until(lambda: demo.hung() and (demo.hang_info() or {}).get("target") == "tp1", 60, "the TP worker's hang",
+               step=0.5, detail=demo.progress)
+    info = demo.hang_info()
     w.wait(lambda: len(w.incidents()) == 2, STALL_WITHIN_S + 30, "the second incident")
-    check_incident(w, w.incidents()[1], since)
+    inc = w.incidents()[1]
+    fresh = fresh_snapshot(demo)
+    doc = json.loads((inc / "incident.json").read_text())
+    summary = (inc / "summary.txt").read_text().strip()
+    print(f"\nwatch: TP worker hang seen {doc['detected_at'] - info['since']:.0f} s after it began; {summary}")
+    assert doc["detected_at"] - info["since"] < STALL_WITHIN_S  # the median rule's 10 s floor, not 300 s
+    # the watch's snapshot that opened it, from its recording: the row, the header's phase, the timeline's
+    rec = Recording.open(inc / "recording.vtr")
+    snap = rec.cursor().goto(rec.index_at(doc["detected_at"]))
+    srv = next(a for a in snap.actors if a.actor_name == "vllm_server_0_0")
+    (st,) = [x for x in srv.stalls if x.method == "update_weights"]
+    now = next(a for a in fresh["actors"] if a["actor_name"] == "vllm_server_0_0")
+    (fst,) = [x for x in now["stalls"] if x["method"] == "update_weights"]
+    print(f"watch: {st.rule} median {st.median_s}; fresh start: {fst['rule']} median {fst['median_s']}")
+    assert st.rule == fst["rule"] == "median" and st.median_s < 5 and fst["median_s"] < 5
+    run = next(r for r in snap.steps[-1].runs if r.end_s is None and r.method == "update_weights")
+    assert snap.phase == run.phase == doc["phase"] == "weight_sync", (snap.phase, run.phase, doc["phase"])
+    # the suspect as the user sees it
+    name = f"vllm_server_0_0/VLLM::Worker_TP1 (pid {info['pid']})"
+    assert f"Suspect: {name}" in summary, summary
+    assert not re.search(r"\b[0-9a-f]{12}\b", summary), summary
+    assert [s["pid"] for s in doc["suspects"]] == [info["pid"]] and "(and " not in summary, doc["suspects"]
+    w.wait(lambda: len(stall_posts(hook)) == 2, 30, "the webhook's second post")
+    assert f"Suspect: {name}" in stall_posts(hook)[1]["text"]
     release(demo)
     w.wait(lambda: w.text().count(" over: ") == 2, 60, "the end of the second incident")
-    assert len(stall_posts(hook)) == 2
 
 
 async def test_replay_of_the_incident_shows_rows_turning_red_and_the_dump(watched):

@@ -17,10 +17,11 @@ process, or a ``ray.get`` on tasks that were not dumped. Each end gets the short
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Iterable
 
-from verltop.analysis.waiters import Activity, parse_title
+from verltop.analysis.waiters import Activity, parse_title, thread_activity
 from verltop.model import Chain, ChainEnd, ChainLink, EndWhy, RankDump, RawObjectRef, RawTask
 
 CREATION = "ffffffffffffffff"
@@ -136,11 +137,25 @@ def _process_edges(g: Graph) -> None:
             continue
         kids = [k for k in g.children.get((r.actor.node_ip, r.actor.pid), []) if g.act(k).kind != "idle"
                 and g.ranks[k].actor.state == "ALIVE"]
-        waits_on_kids = a.kind == "children" or (a.kind == "idle" and r.process is None and r.actor.task)
+        waits_on_kids = a.kind == "children" or (r.process is None and bool(r.actor.task)
+                                                 and (a.kind == "idle" or _awaits_beside_a_thread(r, a)))
         if not waits_on_kids or not kids:
             continue
         for k in kids:  # peers waiting in a collective lead on to the one at work (collective edges)
             g.add(key, k, g.ranks[k].process)
+
+
+def _awaits_beside_a_thread(r: RankDump, a: Activity) -> bool:
+    """An async actor awaiting (its task thread idle: the coroutines are invisible) while a thread of its own
+    runs beside it, not one the task handed work to (an executor's: then the task waits on that work): a
+    reader of its engine's pipe, a monitor. What it awaits is its children's, as when no thread runs."""
+    if a.kind != "busy" or r.main is None or a.thread in (None, r.main.name) or thread_activity(r.main).kind != "idle":
+        return False
+    t = next((t for t in r.samples[-1].threads if t.name == a.thread), None) if r.samples else None
+    return t is not None and not any(_EXECUTOR.search(f.file) for f in t.frames)
+
+
+_EXECUTOR = re.compile(r"(^|/)concurrent/futures/thread\.py$")
 
 
 def _peer_groups(g: Graph) -> dict[tuple, list[str]]:

@@ -154,9 +154,10 @@ class TaskHistory:
             n += 1
         return n
 
-    def seed(self, finished: list[tuple[str | None, str, str, float, float]]) -> None:
-        """Seed from finished tasks ``(actor_id, group, method, start_s, end_s)`` read once at start."""
-        for actor_id, group, method, start_s, end_s in sorted(finished, key=lambda f: f[4]):
+    def seed(self, finished: list[tuple[str, str | None, str, str, float, float]]) -> None:
+        """Seed from finished tasks ``(task_id, actor_id, group, method, start_s, end_s)`` read once at start;
+        their ids are known, so the timeline's later reads of the same runs do not count them twice."""
+        for _, actor_id, _, method, _, _ in sorted(finished, key=lambda f: f[5]):
             if actor_id:
                 self.remember_method(actor_id, method)
-            self._finish(Running(actor_id, group, method, start_s), end_s)
+        self.add_finished(finished)

@@ -120,6 +120,7 @@ class DumpJob:
         self.dashboard_profiling: bool | None = None  # known before the dump: no 403 to learn it from
         self.previous = previous  # an earlier dump of the job: its strong suspects stay while they do not change
         self.failed: list[RawTask] = []  # FAILED calls: peers whose collective gave up on a straggler
+        self.ras_later = False  # RAS on other nodes left for ``remote_ras`` after the dump (``watch``)
 
     @property
     def waiting_jobs(self) -> set[str]:
@@ -201,17 +202,11 @@ class DumpJob:
             else:
                 samples = await cap.capture([*self.targets, *procs], progress)
             self.samples = samples
-            if self.ras is None and self.opts.via in ("auto", "probe"):
+            if self.ras is None and not self.ras_later:
                 # nothing answered on this machine: RAS is job-wide, so a node of NCCL ranks can answer for all
-                remote = nccl_ras.remote_nodes(self.targets, self.local_node_ids, self.nodes)
-                if remote:
-                    if cap.probe is None:
-                        from verltop.sources.probe import ProbePool  # imports ray: only here
-
-                        cap.probe = ProbePool(self.opts, self.probe_address)
-                    self.ras, more = await nccl_ras.read_remote(cap.probe.call, remote)
-                    ras_problems += more
-                    asked_remote = bool(more)
+                cap.probe, more = await self._read_remote_ras(cap.probe)
+                ras_problems += more
+                asked_remote = bool(more)
             self._emit("evidence", self.total)
             if self.refresh_rows is not None:
                 # the rows as they are now (tasks, role names, GPU figures read while the stacks were taken);
@@ -247,6 +242,42 @@ class DumpJob:
                       tasks=self.tasks, refs=self.refs, ras=self.ras, pending=self.pending, failed=self.failed)
         # what this dump found before (more evidence came since) or an earlier dump found, where nothing moved
         return carry(self.report or self.previous, rep)
+
+    @property
+    def ras_pending(self) -> bool:
+        """A finished dump that left NCCL RAS on other nodes for later (``ras_later``) and has such nodes."""
+        return (self.ras_later and self.report is not None and self.ras is None and self.opts.via in ("auto", "probe")
+                and bool(nccl_ras.remote_nodes(self.targets, self.local_node_ids, self.nodes)))
+
+    async def _read_remote_ras(self, probe: Any) -> tuple[Any, list[Problem]]:
+        """NCCL RAS asked through a probe on a node of NCCL ranks (``self.ras`` when one answered): the probe
+        (``probe``, else one made here) and what went wrong."""
+        if self.opts.via not in ("auto", "probe"):
+            return probe, []
+        remote = nccl_ras.remote_nodes(self.targets, self.local_node_ids, self.nodes)
+        if not remote:
+            return probe, []
+        if probe is None:
+            from verltop.sources.probe import ProbePool  # imports ray: only here
+
+            probe = ProbePool(self.opts, self.probe_address)
+        self.ras, problems = await nccl_ras.read_remote(probe.call, remote)
+        return probe, problems
+
+    async def remote_ras(self) -> list[str]:
+        """The RAS read a dump with ``ras_later`` left out (``watch``: joining the cluster for a probe can take
+        ``ray.init``'s 15 s, and the incident must not wait for it), after the dump; the report analysed again
+        with it. Returns what went wrong (also in the report's notes) when no node answered."""
+        if not self.ras_pending:
+            return []
+        own = self.probe is None
+        probe, problems = await self._read_remote_ras(self.probe)
+        if own and probe is not None:
+            await probe.close()
+        notes = [p.text for p in problems] if self.ras is None else []
+        self.notes = tuple(dict.fromkeys((*self.notes, *notes)))
+        self.report = self._analyse()
+        return notes
 
     async def read_failed(self) -> list[RawTask]:
         """FAILED calls of the targets (their errors say whether a collective gave up waiting)."""

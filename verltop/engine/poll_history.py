@@ -111,7 +111,7 @@ class HistoryPolls(PollState):
             method = R.method_of(t.func_name) or t.name
             if method == "__init__":
                 continue
-            rows.append((t.actor_id, group_key(R.identity(a), a.class_name), method,
+            rows.append((t.task_id, t.actor_id, group_key(R.identity(a), a.class_name), method,
                          t.start_time_ms / 1000, t.end_time_ms / 1000))
         await self._hist_ready()
         self.hist.seed(rows)

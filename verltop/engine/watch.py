@@ -39,6 +39,7 @@ from verltop.engine.watch_training import TrainingIncidents
 from verltop.model import ActorRow, CollectiveInfo, DumpReport, Problem, Snapshot
 from verltop.sources.pyspy import DumpOptions
 from verltop.text.cells import utc_time
+from verltop.text.ras import ras_notes
 
 log = logging.getLogger("verltop.watch")
 
@@ -257,6 +258,26 @@ class Watcher:
         self.say(line)
         log.info(line)
 
+    async def _ras_later(self, inc: Incident, job: DumpJob) -> None:
+        """NCCL RAS on another node, asked after the incident was written (through a probe: joining the cluster
+        may take ``ray.init``'s whole timeout); what it finds escalates the incident, and the dump keeps its
+        answer (or why none came) either way."""
+        notes = await job.remote_ras()  # outside the lock: a slow ray.init holds up nothing else
+        async with self._lock:
+            if self.current is not inc or job.report is None:
+                return
+            now = time.time()
+            found = ras_notes(job.ras)
+            for text in found:
+                inc.escalate(now, "ras", text)
+            if found:
+                await self._escalated(inc, job.report, now)
+                return
+            inc.report = job.report  # RAS answered with nothing to add, or nobody answered: dump.json says so
+            inc.analyse()
+            await self._write(inc)
+            log.info("incident %s: NCCL RAS %s", inc.id, "; ".join(notes) if notes else "found nothing more")
+
     async def _open(self, ev: IncidentEvent, snap: Snapshot) -> None:
         cfg = self.cfg
         d = incident_dir(cfg.dir, ev.at, ev.groups[0] if ev.groups else "job")
@@ -278,6 +299,8 @@ class Watcher:
         await self._write(inc)
         self.incidents.append(inc.id)
         self._notify(inc)
+        if self.job is not None and self.job.ras_pending:
+            self._spawn(self._ras_later(inc, self.job))
         for name in prune_incidents(cfg.dir, cfg.keep_incidents):
             log.info("deleted old incident %s (--keep-incidents %d)", name, cfg.keep_incidents)
 
@@ -289,6 +312,7 @@ class Watcher:
                            and a.gpu_util_percent is not None and a.gpu_util_percent >= 90)
         opts = DumpOptions(samples=max(1, cfg.samples), interval_s=1.0, via=cfg.via)
         job = self.engine.dump(snap, None, opts, native_ids=pegged)
+        job.ras_later = True  # a probe's ray.init can take 15 s: the incident is written first (``_ras_later``)
         self.job = job
         if not job.targets:
             inc.capture_note = "stacks not taken: no verl worker or controller in the snapshot"
