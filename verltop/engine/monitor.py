@@ -127,7 +127,8 @@ class Monitor(ActorPolls, TaskPolls, HistoryPolls, NodePolls, LocalPolls, Traini
                        use_logs=use_logs, refresh_rows=refresh_rows, clock=self.clock, nodes=snap.nodes,
                        drivers=scope is None, ras_addrs=self.ras_addresses(snap.actors) if self.use_local else [],
                        pending=snap.pending, native_ids=native_ids,
-                       previous=self.last_dump if scope is None else None)
+                       previous=self.last_dump if scope is None else None,
+                       ooms=snap.memory.oom if snap.memory is not None else ())
 
     def doctor(self, path: str | None = None, node_timeout_s: float = 30.0,
                on_progress: DoctorProgressFn | None = None) -> DoctorJob:

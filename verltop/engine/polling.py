@@ -13,6 +13,7 @@ from verltop.analysis.history import TaskHistory
 from verltop.analysis.snapshot_build import ClusterData, group_key
 from verltop.analysis.stalls import StallSettings
 from verltop.engine.base import Engine
+from verltop.engine.oom_book import OomBook
 from verltop.engine.pending import PendingWatch
 from verltop.engine.rollout_load import RolloutWatch
 from verltop.engine.timeline import Timeline, TrendStore, Work
@@ -114,6 +115,7 @@ class PollState(Engine):
         self.stall = stall or StallSettings()
         self.client = DashboardClient(endpoint, transport=transport)
         self.hist = TaskHistory()
+        self.oom_book = OomBook()  # the OOM verdicts' memory of deaths
         self.src = _Sources()
         for st, iv in ((self.src.actors, self.iv.actors_s), (self.src.tasks, self.iv.tasks_s),
                        (self.src.nodes, self.iv.nodes_s), (self.src.local, self.iv.local_s)):

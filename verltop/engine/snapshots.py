@@ -68,9 +68,10 @@ class SnapshotBuilding(PollState):
         self.trends.record(snap.actors, now)
         actors = {a.actor_id: a for a in data.actors}
         steps = self.timeline.steps(now, snap.actors)
-        return replace(snap, steps=steps, work=self.work.summary(self.waiting, actors, snap.actors),
+        snap = replace(snap, steps=steps, work=self.work.summary(self.waiting, actors, snap.actors),
                        training=self.training_view(), slow_ranks=slow_ranks(steps, snap.actors),
                        rollout=self.rollout.view(a.actor_id for a in snap.actors))
+        return replace(snap, memory=self.oom_book.view(snap.memory, snap.actors, self.hist, steps, now))
 
     def training_view(self) -> TrainingView | None:
         """verl's metrics as read so far (the metrics poller overrides this)."""

@@ -39,6 +39,7 @@ from verltop.model import (
     TrainingView,
 )
 from verltop.text.chains import end_text
+from verltop.text.memory_json import memory_json
 from verltop.text.pending import pending_reason
 from verltop.text.stalls import stall_reason, stall_reasons, stall_target
 from verltop.text.suspects import suspect_reason
@@ -66,6 +67,7 @@ def snapshot_json(s: Snapshot) -> dict[str, Any]:
         "training": None if s.training is None else training_json(s.training),
         "slow_ranks": [slow_rank_json(r) for r in s.slow_ranks],
         "rollout": [rollout_json(r) for r in s.rollout],
+        "memory": memory_json(s.memory),
     }
 
 

@@ -10,7 +10,8 @@ from rich.text import Text
 from verltop.analysis.marks import SuspectMark
 from verltop.model import ActorRow, GroupWork, Snapshot
 from verltop.text.cells import plural
-from verltop.text.marks import held_up_text, mark_tag
+from verltop.text.marks import MARK, held_up_text, mark_tag
+from verltop.text.oom import verdict_tag
 from verltop.text.stalls import stall_reasons
 from verltop.text.training import slow_tag
 from verltop.ui.widgets import pending_rows
@@ -116,6 +117,7 @@ def layout_rows(snap: Snapshot, grouping: str, sort: str, rx: re.Pattern[str] | 
     work = {w.group: w for w in snap.work} if grouping == "group" else {}
     marks = marks or {}
     slow = {r.actor_id: slow_tag(r) for r in snap.slow_ranks if r.actor_id}
+    ooms = {v.actor_id: v for v in snap.memory.oom} if snap.memory is not None else {}
     for name, members in groups.items():  # snapshot order: controller, groups, others
         if sort != "rank":
             members = sorted(members, key=lambda a: _sort_value(a, sort))
@@ -124,7 +126,8 @@ def layout_rows(snap: Snapshot, grouping: str, sort: str, rx: re.Pattern[str] | 
                                                                      held)))
         for a in members:
             m = marks.get(a.actor_id)
-            tag = mark_tag(m) if m is not None else ""
+            oom = ooms.get(a.actor_id)
+            tag = mark_tag(m) if m is not None else f"{MARK} {verdict_tag(oom)}" if oom is not None else ""
             if not a.processes:
                 rows.append(Row(a.actor_id, actor=a, mark=tag, note=slow.get(a.actor_id, "")))
                 continue
