@@ -70,6 +70,8 @@ class MemoryBook:
                     del eps[next(iter(eps))]
             elif at <= ep.last_at:
                 continue  # the same sample twice (a node's report read again)
+            else:
+                ep.start_s = start_s  # a start Ray gave later (it was estimated from the polls)
             ep.last_at = at
             ep.n += 1
             ab.version += 1

@@ -36,6 +36,7 @@ from verltop.model import (
 )
 
 MIB = 1 << 20
+SLACK_S = 0.5
 # roles whose memory is booked under the job's running phase: they have no phase of their own
 AMBIENT_ROLES = frozenset({"controller", "rollout_server", "agent_loop", "reward_loop", "other"})
 TRAINER_PHASES = frozenset({"old_log_prob", "ref", "values", "update_critic", "update_actor", "weight_sync", "save"})
@@ -90,7 +91,8 @@ class _Window:
                     len(steps), tuple(sorted(self.open)))
 
     def step_of(self, t: float) -> int | None:
-        i = bisect.bisect_right(self.starts, t) - 1
+        # a start estimated from the polls may fall up to half a poll before the step's exact start
+        i = bisect.bisect_right(self.starts, t + SLACK_S) - 1
         return self.index[i] if i >= 0 else None
 
     def done(self, step: int, phase: str) -> bool:
@@ -320,3 +322,21 @@ def _holds(per_actor: list[tuple[ActorRow, list[_Agg], list[_Series]]], rows: It
                                   load.sleep_state if load is not None else None,
                                   load.kv_cache_usage if load is not None else None))
     return out
+
+
+def low_headroom(v: MemoryView | None, steps_left: float = 10.0, free_below: float = 0.05) -> dict[str, Headroom]:
+    """Ranks short of memory, by actor id (the tightest kind of each): full within ``steps_left`` steps at
+    their growth, or less than ``free_below`` of their limit free at their tightest sample."""
+    out: dict[str, tuple[float, Headroom]] = {}
+    for h in v.headroom if v is not None else ():
+        free = h.free_fraction
+        if h.steps_to_limit is not None and h.steps_to_limit <= steps_left:
+            score = h.steps_to_limit / steps_left * free_below  # a forecast weighs as its share of the window
+        elif free is not None and free < free_below:
+            score = free
+        else:
+            continue
+        cur = out.get(h.actor_id)
+        if cur is None or score < cur[0]:
+            out[h.actor_id] = (score, h)
+    return {k: h for k, (_, h) in out.items()}
