@@ -22,7 +22,7 @@ from verltop.analysis.oom import (
 )
 from verltop.model import Death, PhaseRun, RawTask, Step
 from verltop.model.memory import Headroom, MemoryGrowth, MemoryView, PhaseMemory
-from verltop.text.memory_json import memory_json
+from verltop.text.contract import memory_json
 from verltop.text.oom import lead_up_text, verdict_line, verdict_reason, verdict_tag
 from verltop.text.suspects import suspect_reason
 

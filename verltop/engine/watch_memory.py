@@ -34,8 +34,8 @@ from verltop.engine.recording_format import SEGMENTS
 from verltop.engine.recording_reader import Recording, export_window
 from verltop.model import ActorRow, Snapshot
 from verltop.model.memory import Headroom, OomVerdict
-from verltop.text.memory_json import headroom_json, memory_json
-from verltop.text.oom import headroom_summary, oom_json, verdict_line, verdict_reason, waiting_text, who
+from verltop.text.contract import headroom_json, memory_json, oom_json
+from verltop.text.oom import headroom_summary, verdict_line, verdict_reason, waiting_text, who
 
 log = logging.getLogger("verltop.watch")
 
@@ -150,7 +150,8 @@ class MemoryIncidents:
             summary += f" {waiting_text(v, waiting)}"
         d = incident_dir(self.w.cfg.dir, snap.taken_at, f"oom-{who(v)}")
         inc = MemoryIncident(d.name, d, "oom", snap.taken_at, summary, oom=v, waiting=waiting,
-                             memory=memory_json(snap.memory), groups=[v.worker_group] if v.worker_group else [])
+                             memory=memory_json(snap.memory) if snap.memory else None,
+                             groups=[v.worker_group] if v.worker_group else [])
         await self._write(inc)
         self._record(inc, "opened")
         self.w.incidents.append(inc.id)
@@ -162,7 +163,8 @@ class MemoryIncidents:
         summary = headroom_summary(h, growth, self.memory_steps, self.memory_free)
         name = f"memory-{h.worker_group}_{h.rank}" if h.rank is not None else f"memory-{h.actor_name or 'actor'}"
         d = incident_dir(self.w.cfg.dir, snap.taken_at, name)
-        inc = MemoryIncident(d.name, d, "memory", snap.taken_at, summary, headroom=h, memory=memory_json(snap.memory),
+        inc = MemoryIncident(d.name, d, "memory", snap.taken_at, summary, headroom=h,
+                             memory=memory_json(snap.memory) if snap.memory else None,
                              groups=[h.worker_group] if h.worker_group else [])
         self.low[k] = inc
         await self._write(inc)

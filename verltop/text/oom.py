@@ -1,9 +1,7 @@
-"""The OOM verdict in words (the main screen's row, ``dump``'s suspect, ``snapshot``, the ``oom`` incident) and
-as JSON (``memory.oom[]`` of ``snapshot --json`` and ``incident.json``)."""
+"""The OOM verdict in words: the main screen's row, ``dump``'s suspect, ``snapshot``, the ``oom`` and ``memory``
+incidents (its JSON is ``text.contract.oom_json``)."""
 
 from __future__ import annotations
-
-from typing import Any
 
 from verltop.analysis.merge import compact_ints
 from verltop.analysis.oom import lead_kind
@@ -93,22 +91,6 @@ def _signed(n: float | None) -> str:
     if n is None:
         return "-"
     return ("+" if n >= 0 else "-") + size(abs(n))
-
-
-def oom_json(v: OomVerdict) -> dict[str, Any]:
-    """One verdict (``memory.oom[]``)."""
-    return {
-        "worker_group": v.worker_group, "role": v.role, "rank": v.rank, "actor_name": v.actor_name,
-        "actor_id": v.actor_id, "pid": v.pid, "kind": v.kind, "how": v.how, "at": v.at, "step": v.step,
-        "phase": v.phase, "method": v.method, "message": v.message, "reason": verdict_reason(v),
-        "lead_up": [{"step": p.step, "phase": p.phase, "peak_gpu_bytes": p.peak_gpu_bytes,
-                     "peak_rss_bytes": p.peak_rss_bytes, "samples": p.samples} for p in v.lead_up],
-        "growth": None if v.growth is None else {
-            "phase": v.growth.phase, "kind": v.growth.kind, "bytes_per_step": v.growth.bytes_per_step,
-            "steps": v.growth.steps, "peers_bytes_per_step": v.growth.peers_bytes_per_step},
-        "peers_peak_bytes": [{"rank": r, "peak_bytes": b} for r, b in v.peers_peak_bytes],
-        "top_processes": [{"pid": pid, "command": name, "bytes": b} for pid, name, b in v.top_processes],
-    }
 
 
 def waiting_text(v: OomVerdict, waiting: list[ActorRow]) -> str:
