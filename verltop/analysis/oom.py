@@ -235,18 +235,21 @@ def with_lead_up(v: OomVerdict, memory: MemoryView | None, steps: int = LEAD_UP_
     growth = [g for g in memory.growth if g.actor_id == v.actor_id and g.phase == v.phase]
     g = next((x for x in growth if x.kind == v.kind), growth[0] if growth else None)
     at_step = v.step if v.step is not None else (mine[-1].step if mine else None)
-    peers: dict[int, int | None] = {}
+    # each peer's peak in that phase at the OOM's step, else at its latest step before with a sample (a peer's
+    # call that began as the rank ran out has none yet)
+    best: dict[int, tuple[int, int | None]] = {}
     for p in memory.by_phase:
         if p.actor_id == v.actor_id or p.phase != v.phase or p.rank is None:
             continue
         if v.worker_group is not None and p.worker_group != v.worker_group:
             continue
-        if at_step is not None and p.step != at_step:
+        if at_step is not None and p.step > at_step:
             continue
         peak = _peak(p, kind)
-        if peak is not None or p.rank not in peers:
-            old = peers.get(p.rank)
-            peers[p.rank] = peak if old is None or (peak is not None and peak > old) else old
+        old = best.get(p.rank)
+        if old is None or (peak is not None and (old[1] is None or p.step > old[0])):
+            best[p.rank] = (p.step, peak)
+    peers = {r: pk for r, (_, pk) in best.items()}
     return replace(v, lead_up=tuple(mine), growth=g, peers_peak_bytes=tuple(sorted(peers.items())))
 
 

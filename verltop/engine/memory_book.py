@@ -32,7 +32,7 @@ class MemoryWatch:
         self.settings = settings or MemorySettings()
         self.threshold = memory_threshold() if threshold is None else threshold
         self._lock = threading.Lock()
-        self._calls: tuple[int, int, Calls] | None = None  # (id of the tasks list, its length, its calls)
+        self._calls: tuple[list[RawTask], int, Calls] | None = None  # (the tasks list, its length, its calls)
         self._idle_since: float | None = None  # no worker-group call ran since then ("other")
         self._tree: tuple[int, dict[int, int], dict[int, int]] | None = None  # (id of tree, root_of, kids' RSS)
         self.last_feed_ms = 0.0
@@ -42,8 +42,10 @@ class MemoryWatch:
         every 1 s)."""
         tasks = tasks or []
         c = self._calls
-        if c is None or c[0] != id(tasks) or c[1] != len(tasks):
-            c = self._calls = (id(tasks), len(tasks), running_calls(tasks, actors, at))
+        # the list itself is kept (not its id: a new list of the same length often gets a freed one's address,
+        # and the calls of a phase ago would be booked under the next one)
+        if c is None or c[0] is not tasks or c[1] != len(tasks):
+            c = self._calls = (tasks, len(tasks), running_calls(tasks, actors, at))
         return c[2]
 
     def _ambient(self, calls: Calls, at: float) -> tuple[str, float]:
