@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from verltop.analysis import roles as R
 from verltop.analysis.memory import ActorBook, MemoryBook
 from verltop.model import (
+    PHASES,
     ActorRow,
     EngineHold,
     Headroom,
@@ -218,9 +219,10 @@ def memory_view(book: MemoryBook, steps: Sequence[Step], rows: Iterable[ActorRow
             rate_of[(row.actor_id, s.kind)] = rate_of.get((row.actor_id, s.kind), 0.0) + s.rate
 
     headroom = [h for row, aggs, _ in per_actor for h in _headroom(row, aggs, rate_of)]
+    headroom.sort(key=lambda h: headroom_order(h.worker_group, h.rank, h.actor_id, h.kind))
     by_phase = _by_phase(per_actor, steps, row_of.values(), st)
     holds = _holds(per_actor, row_of.values(), rollout or {})
-    growth.sort(key=lambda g: -g.bytes_per_step)
+    growth.sort(key=lambda g: growth_order(g.bytes_per_step, g.actor_id, g.phase, g.kind))
     return MemoryView(by_phase=tuple(by_phase), growth=tuple(growth), headroom=tuple(headroom),
                       engine_holds=tuple(holds), verl_peaks=verl_peaks)
 
@@ -298,8 +300,22 @@ def _by_phase(per_actor: list[tuple[ActorRow, list[_Agg], list[_Series]]], steps
         out.append(got)
         total += len(got)
     flat = [p for chunk in reversed(out) for p in chunk]
-    flat.sort(key=lambda p: (p.step, p.worker_group or "", p.rank if p.rank is not None else 1 << 30, p.actor_id))
+    flat.sort(key=lambda p: phase_order(p.step, p.worker_group, p.rank, p.actor_id, p.phase))
     return flat
+
+
+# The orders of the view's lists (a recording's delta rebuilds them in the same order from stored rows).
+def phase_order(step: int, group: str | None, rank: int | None, actor_id: str, phase: str) -> tuple:
+    return (step, group or "", rank if rank is not None else 1 << 30, actor_id,
+            PHASES.index(phase) if phase in PHASES else len(PHASES))
+
+
+def growth_order(bytes_per_step: float, actor_id: str, phase: str, kind: str) -> tuple:
+    return (-bytes_per_step, actor_id, phase, kind)
+
+
+def headroom_order(group: str | None, rank: int | None, actor_id: str, kind: str) -> tuple:
+    return (group or "", rank if rank is not None else 1 << 30, actor_id, kind)
 
 
 def _holds(per_actor: list[tuple[ActorRow, list[_Agg], list[_Series]]], rows: Iterable[ActorRow],
