@@ -35,15 +35,14 @@ def running_calls(tasks: Iterable[RawTask], actors: Mapping[str, RawActor], at: 
     ``base_of``: an actor's base role (``roles.identity``'s, cached by the caller)."""
     base_of = base_of or (lambda a: R.identity(a).base_role)
     own: dict[str, tuple[str, str, str | None, float]] = {}
-    starts: dict[str, float] = {}
+    starts: dict[str, float] = {}  # the workers' phases
+    helper: dict[str, float] = {}  # the rollout servers', agent loops' (async generation runs there)
     methods: dict[str, tuple[str | None, str | None, str | None]] = {}
     for t in tasks:
         a = actors.get(t.actor_id or "")
         if a is None:
             continue
         base = base_of(a)
-        if base in AMBIENT_ROLES:
-            continue
         m = methods.get(t.func_name)
         if m is None:
             method = R.method_of(t.func_name) or t.name
@@ -52,15 +51,32 @@ def running_calls(tasks: Iterable[RawTask], actors: Mapping[str, RawActor], at: 
         if phase is None:
             continue
         start = t.start_time_ms / 1000.0 if t.start_time_ms else at
+        if base in AMBIENT_ROLES:
+            if base != "controller" and (phase not in helper or start < helper[phase]):
+                helper[phase] = start
+            continue
         cur = own.get(a.actor_id)
         if cur is None or start < cur[3]:
             own[a.actor_id] = (t.task_id, phase, m[2] or base, start)
         if phase not in starts or start < starts[phase]:
             starts[phase] = start
-    if not starts:
+    found = starts or helper
+    if not found:
         return Calls(own)
-    phase = max(starts, key=PHASES.index)
-    return Calls(own, phase, starts[phase])
+    phase = max(found, key=PHASES.index)
+    return Calls(own, phase, found[phase])
+
+
+def title_phase(title: str | None) -> tuple[str | None, str | None]:
+    """(method, phase) of the call a Ray worker runs, from its title (``ray::WorkerDict.actor_rollout_update_actor``;
+    ``ray::WorkerDict`` between calls: (None, None)); None, None when the title is not a Ray worker's."""
+    if not title or not title.startswith("ray::"):
+        return None, None
+    rest = title[5:].split("::", 1)[0]  # "::Exiting"
+    if "." not in rest:
+        return None, None
+    method = R.method_of(rest)
+    return method, R.phase_of_method(method)
 
 
 def root_map(tree: ProcTree | None) -> dict[int, int]:

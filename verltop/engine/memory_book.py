@@ -17,9 +17,10 @@ from verltop.analysis.memory_samples import (
     root_map,
     running_calls,
     samples_of,
+    title_phase,
 )
-from verltop.analysis.memory_view import MemorySettings, memory_view
-from verltop.model import ActorRow, MemoryView, Node, ProcTree, RawActor, RawTask, RolloutLoad, Step
+from verltop.analysis.memory_view import AMBIENT_ROLES, MemorySettings, memory_view
+from verltop.model import PHASES, ActorRow, MemoryView, Node, ProcTree, RawActor, RawTask, RolloutLoad, Step
 from verltop.sources.hostmem import memory_threshold
 from verltop.sources.local import LocalSample
 
@@ -37,6 +38,10 @@ class MemoryWatch:
         self._tree: tuple[int, dict[int, int], dict[int, int]] | None = None  # (id of tree, root_of, kids' RSS)
         self.last_feed_ms = 0.0
         self._base: dict[str, tuple[RawActor, str]] = {}  # actor id -> (the row it was worked out of, base role)
+        # this machine's ranks: the call each one's title names (method, episode key, first seen)
+        self._title_ep: dict[str, tuple[str, str, float]] = {}
+        self._titles: dict[str, tuple[str | None, str | None]] = {}
+        self._seq = 0
 
     def base_of(self, a: RawActor) -> str:
         hit = self._base.get(a.actor_id)
@@ -80,7 +85,10 @@ class MemoryWatch:
         import time
 
         t0 = time.perf_counter()
+        actors = list(actors)
         calls = self.calls(tasks, all_actors, s.taken_at)
+        if s.titles is not None:
+            calls = self._by_titles(s.titles, actors, calls, s.taken_at)
         ambient = self._ambient(calls, s.taken_at)
         root_of, kid_rss = self._tree_maps(s.tree)
         table = gpu_table(s.gpus, root_of)
@@ -92,6 +100,46 @@ class MemoryWatch:
             n = self.book.add(s.taken_at, samples)
         self.last_feed_ms = (time.perf_counter() - t0) * 1000
         return n
+
+    def _by_titles(self, titles: Mapping[int, str], actors: list[RawActor], calls: Calls, at: float) -> Calls:
+        """The calls of this machine's ranks as their titles name them now: a call that began since the last
+        tasks poll is booked from its first second, and one that ended is no longer booked under its phase."""
+        own = dict(calls.own)
+        started: dict[str, float] = {}
+        seen: set[str] = set()
+        for a in actors:
+            t = titles.get(a.pid or -1)
+            if t is None:
+                continue
+            base = self.base_of(a)
+            if base in AMBIENT_ROLES:
+                continue
+            hit = self._titles.get(t)
+            if hit is None:
+                if len(self._titles) > 4096:
+                    self._titles.clear()
+                hit = self._titles[t] = title_phase(t)
+            method, phase = hit
+            aid = a.actor_id
+            if method is None or phase is None:
+                own.pop(aid, None)  # between calls, or in one of no phase (init_model)
+                continue
+            seen.add(aid)
+            prev = self._title_ep.get(aid)
+            if prev is None or prev[0] != method:
+                self._seq += 1
+                prev = self._title_ep[aid] = (method, f"@{self._seq}", at)
+            task = calls.own.get(aid)
+            start = task[3] if task is not None and task[1] == phase and task[3] <= prev[2] + 1.0 else prev[2]
+            own[aid] = (prev[1], phase, R.split_role(method)[0] or base, start)
+            if phase not in started or start < started[phase]:
+                started[phase] = start
+        for aid in [k for k in self._title_ep if k not in seen]:
+            del self._title_ep[aid]
+        if not started:
+            return Calls(own, calls.phase, calls.phase_start)
+        phase = max(started, key=PHASES.index)
+        return Calls(own, phase, started[phase])
 
     def feed_node(self, node: Node, at: float, actors: Iterable[RawActor], tasks: list[RawTask] | None,
                   all_actors: Mapping[str, RawActor], tree: ProcTree | None = None) -> int:
