@@ -536,3 +536,19 @@ def low_headroom(v: MemoryView | None, steps_left: float = 10.0, free_below: flo
         if cur is None or score < cur[0]:
             out[h.actor_id] = (score, h)
     return {k: h for k, (_, h) in out.items()}
+
+
+def actor_entries(book: MemoryBook, steps: Sequence[Step], row: ActorRow, phase: str | None = None,
+                  st: MemorySettings | None = None) -> tuple[PhaseMemory, ...]:
+    """One rank's entries over the last steps, oldest first, the running step's included whatever the job's
+    size (an OOM verdict's lead-up: its memory in ``phase``, every phase when None), as of the book now."""
+    st = st or MemorySettings()
+    steps = list(steps)[-st.keep_steps:]
+    ab = book.actors.get(row.actor_id)
+    if not steps or ab is None:
+        return ()
+    av = ab.cache if isinstance(ab.cache, _ActorView) else None
+    if av is None:
+        av = ab.cache = _ActorView()
+    av.refresh(ab, _Window(steps))
+    return tuple(_pm(row, a) for a in av.ordered() if phase is None or a.phase == phase)

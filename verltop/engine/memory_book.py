@@ -19,8 +19,19 @@ from verltop.analysis.memory_samples import (
     samples_of,
     title_phase,
 )
-from verltop.analysis.memory_view import AMBIENT_ROLES, MemorySettings, memory_view
-from verltop.model import PHASES, ActorRow, MemoryView, Node, ProcTree, RawActor, RawTask, RolloutLoad, Step
+from verltop.analysis.memory_view import AMBIENT_ROLES, MemorySettings, actor_entries, memory_view
+from verltop.model import (
+    PHASES,
+    ActorRow,
+    MemoryView,
+    Node,
+    PhaseMemory,
+    ProcTree,
+    RawActor,
+    RawTask,
+    RolloutLoad,
+    Step,
+)
 from verltop.sources.hostmem import memory_threshold
 from verltop.sources.local import LocalSample
 
@@ -170,6 +181,13 @@ class MemoryWatch:
                 self.book.drop_before(kept[0].started_at - 60.0)
             self.book.retain(r.actor_id for r in rows)
             return memory_view(self.book, steps, rows, {x.actor_id: x for x in rollout}, self.settings, verl_peaks)
+
+
+    def lead_up(self, steps: tuple[Step, ...], row: ActorRow, phase: str | None = None) -> tuple[PhaseMemory, ...]:
+        """The rank's memory in ``phase`` (every phase: None) over the last steps, the running one included, as
+        booked now (an OOM verdict's lead-up)."""
+        with self._lock:
+            return actor_entries(self.book, steps, row, phase, self.settings)
 
 
 def verl_peaks(metrics: Mapping[str, tuple[tuple[int, float | None], ...]], last_step: int | None
