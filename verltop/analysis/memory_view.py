@@ -4,7 +4,8 @@ headroom before each rank's limit, and what a colocated rollout engine holds whi
 - **By phase.** An actor's episodes are put in the step whose span holds their start (the timeline's
   steps); several calls of one phase in a step are one entry (the highest peak, the first start, the last
   end, the samples summed). A phase that ran for a rank's group but got no sample of it says ``samples`` 0
-  and no peak, never 0 bytes.
+  and no peak, never 0 bytes. The last steps are shown (``max_by_phase`` rows at most, two steps at least);
+  on a job of more than ``live_actors`` actors a running phase's rows appear when it ends.
 - **Growth.** What a phase *keeps*: its end minus the end of the actor's entry before it (any phase), step
   after step. A transient peak given back keeps nothing. A phase grows when, after the actor's first
   ``warmup_steps`` steps, over at least ``min_steps`` finished steps, the median kept is material
@@ -14,6 +15,9 @@ headroom before each rank's limit, and what a colocated rollout engine holds whi
   whose peers stay flat is a rank's leak; a group that grows together is the group's.
 - **Headroom.** Per kind, the sample of the window where the rank came nearest its limit; steps left are
   that margin over the summed rates of its growing phases (None when nothing grows).
+
+A view works out only what changed since the last one (``_ActorView``): the steps whose episodes were booked
+since, or whose bounds moved; steps older than ``FREEZE_AFTER`` keep their entries and let their episodes go.
 """
 
 from __future__ import annotations
