@@ -44,9 +44,9 @@ class MemoryWatch:
         self.settings = settings or MemorySettings()
         self.threshold = memory_threshold() if threshold is None else threshold
         self._lock = threading.Lock()
-        self._calls: tuple[int, int, Calls] | None = None  # (id of the tasks list, its length, its calls)
+        self._calls: tuple[list[RawTask], int, Calls] | None = None  # (the tasks list, its length, its calls)
         self._idle_since: float | None = None  # no worker-group call ran since then ("other")
-        self._tree: tuple[int, dict[int, int], dict[int, int]] | None = None  # (id of tree, root_of, kids' RSS)
+        self._tree: tuple[ProcTree, dict[int, int], dict[int, int]] | None = None  # (the tree, root_of, kids' RSS)
         self.last_feed_ms = 0.0
         self._base: dict[str, tuple[RawActor, str]] = {}  # actor id -> (the row it was worked out of, base role)
         # this machine's ranks: the call each one's title names (method, episode key, first seen)
@@ -69,8 +69,10 @@ class MemoryWatch:
         every 1 s)."""
         tasks = tasks or []
         c = self._calls
-        if c is None or c[0] != id(tasks) or c[1] != len(tasks):
-            c = self._calls = (id(tasks), len(tasks), running_calls(tasks, actors, at, self.base_of))
+        # the list itself is kept (not its id: a new list of the same length often gets a freed one's address,
+        # and the calls of a phase ago would be booked under the next one)
+        if c is None or c[0] is not tasks or c[1] != len(tasks):
+            c = self._calls = (tasks, len(tasks), running_calls(tasks, actors, at, self.base_of))
         return c[2]
 
     def _ambient(self, calls: Calls, at: float) -> tuple[str, float]:
@@ -85,9 +87,9 @@ class MemoryWatch:
         t = self._tree
         if tree is None:
             return {}, {}
-        if t is None or t[0] != id(tree):
+        if t is None or t[0] is not tree:  # the tree itself, not its id (a freed one's may be reused)
             root_of = root_map(tree)
-            t = self._tree = (id(tree), root_of, kids_rss(tree, root_of))
+            t = self._tree = (tree, root_of, kids_rss(tree, root_of))
         return t[1], t[2]
 
     def feed_local(self, s: LocalSample, actors: Iterable[RawActor], tasks: list[RawTask] | None,
