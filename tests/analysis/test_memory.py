@@ -183,3 +183,14 @@ def test_engine_hold_of_a_colocated_server_in_trainer_phases():
     holds = {h.phase: h for h in v.engine_holds}
     assert set(holds) == {"old_log_prob", "update_actor"}
     assert holds["update_actor"].gpu_bytes == 2 * GIB and holds["update_actor"].sleep_state == 1.0
+
+
+def test_a_ranks_lead_up_includes_the_running_step():
+    from verltop.analysis.memory_view import actor_entries
+
+    book, steps, rows = job(n_steps=8)
+    steps[-1] = replace(steps[-1], duration_s=None)
+    memory_view(book, steps, rows)  # a view first: the lead-up reads the same state
+    ups = actor_entries(book, steps, rows[1], "update_actor")
+    assert [p.step for p in ups] == list(range(1, 9))
+    assert [p.end_gpu_bytes > q.end_gpu_bytes for p, q in zip(ups[1:], ups, strict=False)] == [True] * 7

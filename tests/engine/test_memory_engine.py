@@ -90,3 +90,27 @@ def test_the_local_sample_books_children_and_limits_every_second():
     # the server has no phase of its own: the job's, with its engine child's GPU memory and RSS
     assert (es.phase, es.key, es.gpk, es.rpk) == ("update_actor", "~update_actor@10.000", 30 * GIB, 4 * GIB)
     assert w.last_feed_ms < 50
+
+
+def test_titles_book_a_call_from_its_first_second_and_stop_when_it_ends():
+    """Ray titles a worker ``ray::WorkerDict.<method>`` while a call runs: the 1 s sample knows the call before
+    the 2 s tasks poll does, and knows when it ended."""
+    w = MemoryWatch(threshold=0.95)
+    a0 = _actor("a0", 100)
+    ctl = RawActor("c", "TaskRunner", "ALIVE", None, "n1", 300)
+    actors = {a.actor_id: a for a in (a0, ctl)}
+    procs = {100: ProcStat(100, 1.0, 4 * GIB), 300: ProcStat(300, 1.0, GIB)}
+
+    def at(t: float, title: str, tasks: list) -> int:
+        s = LocalSample(t, procs, None, None, None, {100: title, 300: "ray::TaskRunner.run"})
+        return w.feed_local(s, actors.values(), tasks, actors)
+
+    assert at(20.0, "ray::WorkerDict.actor_rollout_update_actor", []) == 2  # no tasks poll yet: the title says
+    task = [RawTask("t0", "x", "WorkerDict.actor_rollout_update_actor", "RUNNING", "a0", "n1", 100, 19_600.0)]
+    assert at(21.0, "ray::WorkerDict.actor_rollout_update_actor", task) == 2
+    ep = next(iter(w.book.actors["a0"].eps.values()))
+    assert (ep.phase, ep.n, ep.start_s) == ("update_actor", 2, 19.6)  # the task's start, once the poll gave it
+    ctl_ep = next(iter(w.book.actors["c"].eps.values()))
+    assert ctl_ep.phase == "update_actor"  # the controller under the phase its ranks run
+    assert at(22.0, "ray::WorkerDict", task) == 1  # ended (the tasks poll still lists it): only the controller
+    assert ep.n == 2

@@ -3,12 +3,13 @@ placed in the step timeline with their lead-up from the memory book (``analysis.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from verltop.analysis.history import TaskHistory
-from verltop.analysis.oom import verdicts
+from verltop.analysis.oom import LEAD_UP_STEPS, verdicts
 from verltop.model import ActorRow, Step
-from verltop.model.memory import MemoryView
+from verltop.model.memory import MemoryView, OomVerdict, PhaseMemory
 
 MAX_DEAD = 4096  # ranks whose time of death is kept
 
@@ -20,8 +21,11 @@ class OomBook:
         self.died_at: dict[str, float] = {}
 
     def view(self, memory: MemoryView | None, actors: tuple[ActorRow, ...], hist: TaskHistory,
-             steps: tuple[Step, ...], now: float) -> MemoryView | None:
-        """``memory`` with its ``oom`` verdicts; a view of its own when there is no memory book but a verdict."""
+             steps: tuple[Step, ...], now: float,
+             lead_up: Callable[[ActorRow, str], tuple[PhaseMemory, ...]] | None = None) -> MemoryView | None:
+        """``memory`` with its ``oom`` verdicts; a view of its own when there is no memory book but a verdict.
+        ``lead_up(row, phase)``: the rank's entries in that phase as the book has them now (the view may show
+        fewer steps of a large job)."""
         for a in actors:
             if a.state in ("DEAD", "RESTARTING"):
                 self.died_at.setdefault(a.actor_id, now)
@@ -30,8 +34,19 @@ class OomBook:
             self.died_at = {k: v for k, v in self.died_at.items() if k in alive}
         found = verdicts(list(hist.ooms.values()), actors, steps, memory, now, died_at=self.died_at,
                          last_method=hist.last_method)
+        if lead_up is not None and found:
+            rows = {a.actor_id: a for a in actors}
+            found = tuple(_from_book(v, rows.get(v.actor_id or ""), lead_up) for v in found)
         if memory is None:
             if not found:
                 return None
             return MemoryView(oom=found, note="no memory samples: the OOM verdict has no lead-up")
         return replace(memory, oom=found)
+
+
+def _from_book(v: OomVerdict, row: ActorRow | None, lead_up: Callable[[ActorRow, str], tuple[PhaseMemory, ...]]
+               ) -> OomVerdict:
+    if row is None or v.phase is None:
+        return v
+    mine = [p for p in lead_up(row, v.phase) if v.step is None or p.step <= v.step]
+    return replace(v, lead_up=tuple(mine[-LEAD_UP_STEPS:])) if mine else v

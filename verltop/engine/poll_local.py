@@ -62,7 +62,7 @@ class LocalPolls(PollState):
             self._book_memory(s, host)
 
     def _sample(self, pids: set[int], tree_now: bool, procs: bool) -> tuple[LocalSample, tuple[int, int, str] | None]:
-        s = self.sampler.sample(pids, tree_now, procs)  # type: ignore[union-attr]
+        s = self.sampler.sample(pids, tree_now, procs, titles=procs)  # type: ignore[union-attr]
         return s, (host_memory() if procs else None)
 
     def _book_memory(self, s: LocalSample, host: tuple[int, int, str] | None) -> None:

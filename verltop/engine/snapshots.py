@@ -75,7 +75,8 @@ class SnapshotBuilding(PollState):
         return replace(snap, steps=steps, work=self.work.summary(self.waiting, actors, snap.actors),
                        training=training, slow_ranks=slow_ranks(steps, snap.actors), rollout=rollout,
                        memory=self.oom_book.view(self.memory.view(steps, snap.actors, rollout, peaks), snap.actors,
-                                                 self.hist, steps, now))
+                                                 self.hist, steps, now,
+                                                 lambda row, phase: self.memory.lead_up(steps, row, phase)))
 
     def training_view(self) -> TrainingView | None:
         """verl's metrics as read so far (the metrics poller overrides this)."""

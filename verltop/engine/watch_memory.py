@@ -5,8 +5,8 @@
   for, a failed call is news. The rank, its phase and step, GPU or host, the error's line and the lead-up;
   its peers still in a call are named as waiting for it, not as suspects;
 - kind ``memory``, when a rank's forecast says it has ``memory_steps`` steps or fewer before its limit, or less
-  than ``MEMORY_FREE`` of it left (``Headroom``); one per rank and kind until it has been clear for
-  ``clear_after_s``.
+  than ``MEMORY_FREE`` of it left (``analysis.memory_view.low_headroom``, as the main screen marks it); one per
+  rank until it has been clear for ``clear_after_s``.
 
 Each is a directory beside the others: ``summary.txt``, ``incident.json`` and ``recording.vtr``; the telling is a
 hang's (stdout, the watch log, ``--on-incident``, ``--webhook``). No stacks are taken here: a hang that follows
@@ -28,12 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from verltop.analysis.memory_view import low_headroom
 from verltop.engine import recording_format as rf
 from verltop.engine.incident import incident_dir, make_dir, write_atomic
 from verltop.engine.recording_format import SEGMENTS
 from verltop.engine.recording_reader import Recording, export_window
 from verltop.model import ActorRow, Snapshot
-from verltop.model.memory import Headroom, OomVerdict
+from verltop.model.memory import Headroom, MemoryView, OomVerdict
 from verltop.text.contract import headroom_json, memory_json, oom_json
 from verltop.text.oom import headroom_summary, verdict_line, verdict_reason, waiting_text, who
 
@@ -105,8 +106,8 @@ class MemoryIncidents:
         self.memory_steps = memory_steps
         self.memory_free = memory_free
         self.seen: set[tuple] = set()  # OOMs told (verdicts already there when the watch starts are news to it)
-        self.low: dict[tuple[str, str], MemoryIncident] = {}  # open ``memory`` incidents by (actor id, kind)
-        self.clear_since: dict[tuple[str, str], float] = {}
+        self.low: dict[str, MemoryIncident | None] = {}  # open ``memory`` incidents by actor id (None: opening)
+        self.clear_since: dict[str, float] = {}
 
     def update(self, snap: Snapshot) -> None:
         m = snap.memory
@@ -122,18 +123,15 @@ class MemoryIncidents:
 
     def low_headroom(self, h: Headroom) -> bool:
         """A forecast of ``memory_steps`` steps or fewer, or less than ``memory_free`` of the limit left."""
-        free = h.free_fraction
-        return (h.steps_to_limit is not None and h.steps_to_limit <= self.memory_steps) or (
-            free is not None and free < self.memory_free)
+        return bool(low_headroom(MemoryView(headroom=(h,)), self.memory_steps, self.memory_free))
 
     def _headroom(self, snap: Snapshot) -> None:
-        assert snap.memory is not None
         now = snap.taken_at
-        low = {(h.actor_id, h.kind): h for h in snap.memory.headroom if self.low_headroom(h)}
+        low = low_headroom(snap.memory, self.memory_steps, self.memory_free)  # the tightest kind of each rank
         for k, h in low.items():
             self.clear_since.pop(k, None)
             if k not in self.low:
-                self.low[k] = None  # type: ignore[assignment]  # opening
+                self.low[k] = None  # opening
                 self.w._spawn(self._open_low(k, h, snap))
         for k in [k for k in self.low if k not in low]:
             since = self.clear_since.setdefault(k, now)
@@ -157,7 +155,7 @@ class MemoryIncidents:
         self.w.incidents.append(inc.id)
         self.w._notify(inc)  # type: ignore[arg-type]  # the same attributes as a hang's Incident
 
-    async def _open_low(self, k: tuple[str, str], h: Headroom, snap: Snapshot) -> None:
+    async def _open_low(self, k: str, h: Headroom, snap: Snapshot) -> None:
         growth = next((g for g in snap.memory.growth if g.actor_id == h.actor_id and g.kind == h.kind), None) \
             if snap.memory is not None else None
         summary = headroom_summary(h, growth, self.memory_steps, self.memory_free)
