@@ -200,3 +200,4 @@ def test_the_rank_that_ran_out_is_the_suspect_and_its_waiting_peer_is_not():
     rep = analyse(moved, {"a0": [in_collective("all_reduce")] * 2, "a1": [in_collective("all_gather")] * 2},
                   140.0, failed=failed)
     assert all(x.why[0].kind != "oom" for x in rep.suspects)
+

@@ -120,3 +120,21 @@ def test_the_main_screen_and_snapshot_mark_the_rank_that_ran_out():
     text = snapshot_text(s)
     assert "OOM: rank 1 of wg (pid 4242) ran out of GPU memory in update_actor at step 7" in text
     assert "OOM (GPU) update_actor s7" in text.splitlines()[-1], text
+
+
+def test_a_group_call_running_on_fewer_ranks_than_the_group_has_is_read_for_failures():
+    from verltop.engine.poll_tasks import short_handed
+    from verltop.model import RawActor, RawTask
+
+    def actor(aid: str, rank: int) -> RawActor:
+        return RawActor(actor_id=aid, name=f"wgWorkerDict_0:{rank}",
+                        class_name="create_colocated_worker_cls.<locals>.WorkerDict", state="ALIVE", pid=1,
+                        node_id="n1", job_id="01000000")
+
+    actors = {a.actor_id: a for a in (actor("a0", 0), actor("a1", 1))}
+    task = RawTask(task_id="t0", name="WorkerDict.actor_rollout_update_actor", func_name="x", state="RUNNING",
+                   actor_id="a0", node_id="n1", worker_pid=1, start_time_ms=1000, end_time_ms=None)
+    one = [("t0", "a0", "wg", "actor_rollout_update_actor", 1.0)]
+    assert short_handed(one, actors, {"t0": task}) == {"actor_rollout_update_actor": task.name}
+    both = [*one, ("t1", "a1", "wg", "actor_rollout_update_actor", 1.0)]
+    assert short_handed(both, actors, {"t0": task}) == {}

@@ -14,8 +14,8 @@ cluster), one verl worker group of two ranks (``WorkerDict`` from ``create_coloc
   controller in ``ray.get``.
 
 The memory moves well inside each call: a running call shows in Ray's State API only once its worker reports
-the task's events (every 100 ms here: RAY_task_events_report_interval_ms, set by the test; 1 s by default), and
-verltop books each sample under the calls listed as running then.
+the task's events (every 100 ms here: RAY_task_events_report_interval_ms, set by the test; 1 s by default) and
+the watch has polled it, and verltop books each sample under the calls listed as running then.
 
 The first reply carries the dashboard's address before the worker group is made (so a watch can start while it
 is), the second the ranks. Commands: ``run`` ``{"steps", "oom_at"}`` (answered at once; the loop runs on).
@@ -37,9 +37,12 @@ from verl.single_controller.base.decorator import Dispatch, register
 MIB = 1 << 20
 PEAK_MIB = 300
 LEAK_MIB = 48
-GEN_S = 2.6
-AFTER_S = 1.2  # past the State API's lag (a poll a second, plus the task events' report)
-HOLD_UNTIL_S = 2.2
+# Each move of memory comes AFTER_S into its call, past the State API's lag (the watch's task poll, every 0.5 s
+# here, and the task events' report), and lasts (or is followed by the rest of the call) over a second: verltop
+# samples this machine's processes every second
+GEN_S = 3.0
+AFTER_S = 0.8
+HOLD_UNTIL_S = 1.9
 UPDATE_S = 2.0
 GROUP_TIMEOUT_S = 120.0
 OOM_TEXT = ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.11 GiB of which "

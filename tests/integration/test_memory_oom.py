@@ -47,7 +47,7 @@ def test_the_peak_the_leak_and_the_oom_verdict(tmp_path: Path):
         t_up = time.monotonic()
         # the watch starts while the worker group is made: its memory book has the job from its first step
         w = Watch(tmp_path / "w", job.address, "--clear-after", "10", "--before", "120",
-                  env={"VERLTOP_INTERVAL": "1"})
+                  env={"VERLTOP_INTERVAL": "0.5"})
         info = job.reply(240)
         print(f"\ncluster up at {t_up - t0:.0f} s, worker group at {time.monotonic() - t0:.0f} s")
         group = info["prefix"]

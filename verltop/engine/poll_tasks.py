@@ -43,6 +43,7 @@ class TaskPolls(PollState):
             await self._hist_ready()
             self.timeline.tracker.polled(r.taken_at)  # nothing started or ended up to now
             self.timeline.maybe_refine(self._actor_map, self._hist_ready)  # a step stuck this long?
+            self._read_failed(dict(self._short_handed), r.taken_at)  # still short-handed: read again in a while
             return
         rows = r.value or []
         if detailed:
@@ -94,8 +95,14 @@ class TaskPolls(PollState):
             if tid not in seen and (run.group, run.method) in live:
                 t = before.get(tid)
                 names[run.method] = t.name if t is not None else None
-        for method, name in short_handed(rows, actors or {}, self._task_objs).items():
+        self._short_handed = short_handed(rows, actors or {}, self._task_objs)
+        for method, name in self._short_handed.items():
             names.setdefault(method, name)
+        self._read_failed(names, now)
+
+    def _read_failed(self, names: dict[str, str | None], now: float) -> None:
+        """Read the FAILED calls of these methods (``method → task name``), each at most once per
+        ``FAILURE_READ_S``."""
         for method, name in names.items():
             if now - self._failure_reads.get(method, 0.0) < FAILURE_READ_S:
                 continue
