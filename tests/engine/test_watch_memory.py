@@ -138,3 +138,26 @@ def test_a_group_call_running_on_fewer_ranks_than_the_group_has_is_read_for_fail
     assert short_handed(one, actors, {"t0": task}) == {"actor_rollout_update_actor": task.name}
     both = [*one, ("t1", "a1", "wg", "actor_rollout_update_actor", 1.0)]
     assert short_handed(both, actors, {"t0": task}) == {}
+
+
+def test_a_rank_whose_worker_log_says_cuda_ran_out_gets_a_verdict():
+    from verltop.analysis.history import TaskHistory
+    from verltop.engine.oom_book import OomBook
+    from verltop.model import RawActor
+
+    cause = "The actor died unexpectedly: Worker unexpectedly exits with a connection error code 2. End of file."
+    raw = RawActor(actor_id="a1", name="wgWorkerDict_0:1", class_name="create_colocated_worker_cls.<locals>.WorkerDict",
+                   state="DEAD", pid=7, node_id="n1", death_cause=cause, death_text=cause)
+    book = OomBook()
+    assert book.to_read([raw]) == [raw] and book.to_read([raw]) == []  # each dead rank's log once
+    log = ("Traceback (most recent call last):\n  File \"x.py\", line 3, in update_actor\n"
+           "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 512.00 MiB\n")
+    assert book.note_death(raw, log)
+    hist = TaskHistory()
+    hist.remember_method("a1", "actor_rollout_update_actor")
+    rows = (row("a0", rank=0), replace(row("a1", rank=1, task=None, state="DEAD"), death_text=cause))
+    m = book.view(MemoryView(), rows, hist, (), 50.0)
+    (v,) = m.oom
+    assert (v.rank, v.how, v.kind, v.phase, v.message) == (1, "worker_log", "gpu", "update_actor",
+                                                            "CUDA out of memory. Tried to allocate 512.00 MiB")
+    assert not book.note_death(raw, "ValueError: bad reward")

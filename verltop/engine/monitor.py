@@ -84,6 +84,7 @@ class Monitor(ActorPolls, TaskPolls, HistoryPolls, NodePolls, LocalPolls, Traini
             (self._poll_node_details, lambda: self.iv.node_detail_s, None),
             (self._poll_waiting, lambda: self.iv.waiting_s, None),
             (self._poll_roles, lambda: ROLES_EVERY_S, None),
+            (self._poll_deaths, lambda: self.iv.actors_s, None),  # dead ranks' logs: an OOM's word
             (self._poll_trees, lambda: min(2.0, self.iv.trees_s), None),
             (self._poll_pending, lambda: self.iv.actors_s, self.pending.state),  # it decides when to read
             (self._poll_training, lambda: max(self.iv.tasks_s, TRAINING_EVERY_S), None),
