@@ -4,8 +4,8 @@
 
 1,024 verl ranks (128 nodes × 8 GPUs, one process and one child each on every GPU) and their controller run 40
 steps of 6 phases of 3 s. As ``verltop watch`` polls such a job: this machine's 8 ranks and the controller are
-sampled every second, 8 other nodes' reports (64 ranks) every 5 s, and the running tasks' phases are worked
-out once per tasks poll (every 2 s). Measured: the book-keeping per 1 s poll (averaged over the polls, node
+sampled every second (with their titles: the call each runs), 8 other nodes' reports (64 ranks) every 5 s,
+and the running tasks' phases are worked out once per tasks poll (every 2 s). Measured: the book-keeping per 1 s poll (averaged over the polls, node
 reports included), the same when all 1,024 ranks sit in one local sample (the worst case), the view per
 snapshot (20 steps by phase, growth, headroom) between steps and at a step's start (every rank's steps move),
 and the book's memory (tracemalloc, a second run) once it holds its last steps.
@@ -90,7 +90,9 @@ def run(acts: list[RawActor], all_local: bool) -> tuple[list[float], MemoryWatch
         now = tasks_at(t, acts)
         if now[0].task_id != tasks[0].task_id:
             tasks = now  # a new tasks list object (the engine's tasks poll)
-        s = LocalSample(t, procs, gpus_of(t, local), None, tree)
+        method = now[0].func_name
+        titles = {a.pid: "ray::TaskRunner.run" if a.actor_id == "ctl" else f"ray::{method}" for a in local}
+        s = LocalSample(t, procs, gpus_of(t, local), None, tree, titles)
         t0 = time.perf_counter()
         w.feed_local(s, local, tasks, by_id, HOST)
         ms = (time.perf_counter() - t0) * 1000

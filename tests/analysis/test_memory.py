@@ -194,3 +194,9 @@ def test_a_ranks_lead_up_includes_the_running_step():
     ups = actor_entries(book, steps, rows[1], "update_actor")
     assert [p.step for p in ups] == list(range(1, 9))
     assert [p.end_gpu_bytes > q.end_gpu_bytes for p, q in zip(ups[1:], ups, strict=False)] == [True] * 7
+
+
+def test_a_report_taken_before_the_call_began_is_not_the_calls():
+    book = MemoryBook()
+    assert book.add(100.0, [("a", "t1", "update_actor", None, 103.0, 5, 5, None, None, None)]) == 0
+    assert book.add(103.2, [("a", "t1", "update_actor", None, 103.0, 5, 5, None, None, None)]) == 1

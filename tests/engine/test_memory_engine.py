@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from tests.fakeray import FakeCluster, FakeDashboard
 from tests.wait import wait_until_async
-from verltop.engine.memory_book import MemoryWatch
+from verltop.engine.memory_book import MemoryWatch, verl_peaks
 from verltop.engine.monitor import Intervals, Monitor
 from verltop.model import Gpu, ProcStat, ProcTree, RawActor, RawTask
 from verltop.sources.config import Endpoint
@@ -114,3 +114,9 @@ def test_titles_book_a_call_from_its_first_second_and_stop_when_it_ends():
     assert ctl_ep.phase == "update_actor"  # the controller under the phase its ranks run
     assert at(22.0, "ray::WorkerDict", task) == 1  # ended (the tasks poll still lists it): only the controller
     assert ep.n == 2
+
+
+def test_verls_own_peaks_at_its_last_step():
+    metrics = {"actor/perf/max_memory_allocated_gb": ((4, 60.0), (5, 61.5)), "perf/cpu_memory_used_gb": ((5, 200.0),),
+               "critic/perf/max_memory_reserved_gb": ((4, 70.0),), "actor/entropy": ((5, 0.4),)}
+    assert verl_peaks(metrics, 5) == (("actor/perf/max_memory_allocated_gb", 61.5), ("perf/cpu_memory_used_gb", 200.0))

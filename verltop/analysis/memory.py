@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+STALE_S = 0.5  # a sample this long before its call's (estimated) start is not the call's
 MAX_EPISODES = 240  # per actor: ~20 steps of a colocated worker's few calls, with room to spare
 
 # (actor_id, episode key, phase, role, start_s, gpu bytes, rss bytes, gpu limit, host limit, host limit source)
@@ -64,6 +65,8 @@ class MemoryBook:
         actors, cap = self.actors, self.max_episodes
         n = 0
         for aid, key, phase, role, start_s, g, r, glim, hlim, hsrc in samples:
+            if at + STALE_S < start_s:
+                continue  # a report taken before the call began (a node's agent reports every 5 s)
             ab = actors.get(aid)
             if ab is None:
                 ab = actors[aid] = ActorBook()

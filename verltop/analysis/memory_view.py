@@ -154,6 +154,7 @@ class _ActorView:
         "seen",
         "series",
         "step_gen",
+        "step_kept",
         "step_tight",
         "tight",
         "where",
@@ -171,6 +172,7 @@ class _ActorView:
         self.series: list[_Series] = []
         self.tight: dict[str, tuple] = {}  # kind -> (margin, value, limit, source, peak) over finished steps
         self.step_tight: dict[int, dict[str, tuple]] = {}  # the same, per step
+        self.step_kept: dict[int, tuple] = {}  # per step: what its entries kept (``_series``), and from what
         self.who: tuple | None = None
         self.frozen: set[int] = set()
         self.seen = -1  # the book's version of the actor when last refreshed
@@ -182,6 +184,7 @@ class _ActorView:
         if ab.reset:
             ab.reset = False
             self.bounds, self.members, self.where, self.aggs, self.step_tight = {}, {}, {}, {}, {}
+            self.step_kept = {}
             self.frozen = set()
             ab.touched = set(ab.eps)
         if ab.version == self.seen and not ab.touched and self.bounds == w.bounds:
@@ -222,17 +225,26 @@ class _ActorView:
                 self.aggs.pop(i, None)
             self.step_gen[i] = self.step_gen.get(i, 0) + 1
             self.step_tight.pop(i, None)
+            self.step_kept.pop(i, None)
         for i in [i for i in self.aggs if i not in w.bounds]:
             del self.aggs[i]
-        for i in [i for i in self.step_tight if i not in self.aggs]:
-            del self.step_tight[i]
+        for d in (self.step_tight, self.step_kept):
+            for i in [i for i in d if i not in self.aggs]:
+                del d[i]
         frozen &= set(w.bounds)
+        if self.first_step is None and self.aggs:
+            self.first_step = min(self.aggs)
         if w.index:
             for i in [i for i in self.members if i < w.index[-1] - FREEZE_AFTER and i != w.running]:
                 for k in self.members.pop(i):
                     ab.eps.pop(k, None)
                     self.where.pop(k, None)
                 frozen.add(i)
+                if i in self.aggs:  # its tightest samples, worked out once; the entries keep what rows need
+                    if i not in self.step_tight:
+                        self.step_tight[i] = _tight(self.aggs[i])
+                    for a in self.aggs[i]:
+                        a.g_margin = a.g_val = a.g_lim = a.h_margin = a.h_val = a.h_lim = None
         self.bounds = dict(w.bounds)
         if self.first_step is None and self.aggs:
             self.first_step = min(self.aggs)
@@ -257,23 +269,39 @@ def theil_sen(xs: Sequence[float], ys: Sequence[float]) -> float | None:
     return median(slopes) if slopes else None
 
 
-def _series(aggs: list[_Agg], first_step: int, running: int | None, st: MemorySettings,
-            limits: dict[str, int | None]) -> list[_Series]:
-    """Each (phase, kind)'s kept memory over the actor's finished steps past warm-up."""
+def _series(av: _ActorView, running: int | None, st: MemorySettings, limits: dict[str, int | None]) -> list[_Series]:
+    """Each (phase, kind)'s kept memory over the actor's finished steps past warm-up (each step's share is
+    worked out once, while the end before it stays the same)."""
+    since = (av.first_step if av.first_step is not None else 0) + st.warmup_steps
     kept: dict[tuple[str, str], list[tuple[int, float, int]]] = {}
     prev_g = prev_r = None
-    since = first_step + st.warmup_steps
-    for a in aggs:
-        use = a.step != running and a.step >= since
-        g, r = a.g1, a.r1
-        if g is not None:
-            if prev_g is not None and use:
-                kept.setdefault((a.phase, "gpu"), []).append((a.step, g - prev_g, g))
-            prev_g = g
-        if r is not None:
-            if prev_r is not None and use:
-                kept.setdefault((a.phase, "host"), []).append((a.step, r - prev_r, r))
-            prev_r = r
+    for i in sorted(av.aggs):
+        if i == running:
+            continue
+        c = av.step_kept.get(i)
+        if c is None or c[0] != prev_g or c[1] != prev_r or c[2] != since:
+            entries: list[tuple[tuple[str, str], tuple[int, float, int]]] = []
+            g_in, r_in = prev_g, prev_r
+            use = i >= since
+            for a in av.aggs[i]:
+                g, r = a.g1, a.r1
+                if g is not None:
+                    if prev_g is not None and use:
+                        entries.append(((a.phase, "gpu"), (i, g - prev_g, g)))
+                    prev_g = g
+                if r is not None:
+                    if prev_r is not None and use:
+                        entries.append(((a.phase, "host"), (i, r - prev_r, r)))
+                    prev_r = r
+            c = av.step_kept[i] = (g_in, r_in, since, entries, prev_g, prev_r)
+        else:
+            prev_g, prev_r = c[4], c[5]
+        for key, e in c[3]:
+            rows = kept.get(key)
+            if rows is None:
+                kept[key] = [e]
+            else:
+                rows.append(e)
     out = []
     for (phase, kind), rows in kept.items():
         rows = rows[-st.keep_steps:]
@@ -360,8 +388,7 @@ def memory_view(book: MemoryBook, steps: Sequence[Step], rows: Iterable[ActorRow
                     tight = _join_tight(tight, t)
             av.tight = tight
             limits = {k: v[2] for k, v in av.tight.items()}
-            av.series = _series(av.ordered(), av.first_step if av.first_step is not None else 0, w.running, st,
-                                limits)
+            av.series = _series(av, w.running, st, limits)
         if av.aggs:
             per_actor.append((row, av))
 
