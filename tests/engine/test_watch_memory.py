@@ -161,3 +161,16 @@ def test_a_rank_whose_worker_log_says_cuda_ran_out_gets_a_verdict():
     assert (v.rank, v.how, v.kind, v.phase, v.message) == (1, "worker_log", "gpu", "update_actor",
                                                             "CUDA out of memory. Tried to allocate 512.00 MiB")
     assert not book.note_death(raw, "ValueError: bad reward")
+
+
+def test_a_rank_that_ran_out_and_runs_on_is_no_longer_marked():
+    from verltop.ui.widgets.actor_table import layout_rows
+
+    v = verdict()  # at 100.0
+    again = replace(row("a1", rank=1, task="actor_rollout_generate_sequences"), task_start_s=130.0)
+    s = replace(snap(140.0, MemoryView(oom=(v,))), actors=(row("a0", rank=0), again))
+    assert all(not r.mark for r in layout_rows(s, "group", "rank") if r.actor is not None)
+    same = replace(again, task="actor_rollout_update_actor", task_start_s=90.0)  # the call that ran out
+    s = replace(s, actors=(row("a0", rank=0), same))
+    assert [r.mark for r in layout_rows(s, "group", "rank") if r.actor is not None and r.actor.rank == 1] == [
+        "▶ OOM (GPU) update_actor s7"]

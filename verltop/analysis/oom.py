@@ -298,6 +298,26 @@ def verdicts(calls: Iterable[FailedCall], rows: Iterable[ActorRow], steps: tuple
     return tuple(sorted(placed, key=lambda v: v.at)[-keep:])
 
 
+def holds(v: OomVerdict, row: ActorRow | None) -> bool:
+    """Does the verdict still describe the rank as it is: dead, or not started on another call since the OOM
+    (a rank that recovered and runs on is no longer marked for it)?"""
+    if row is None or row.state != "ALIVE" or not row.task:
+        return True
+    return row.task_start_s is None or row.task_start_s <= v.at + 1.0
+
+
+def marked(ooms: Iterable[OomVerdict], rows: Iterable[ActorRow]) -> dict[str, OomVerdict]:
+    """The verdicts that still hold, by actor id (the newest of each rank): the rows to mark."""
+    by_id = {a.actor_id: a for a in rows}
+    out: dict[str, OomVerdict] = {}
+    for v in sorted(ooms, key=lambda x: x.at):
+        if v.actor_id and holds(v, by_id.get(v.actor_id)):
+            out[v.actor_id] = v
+        elif v.actor_id:
+            out.pop(v.actor_id, None)
+    return out
+
+
 def _bytes(num: str | None, unit: str | None) -> int | None:
     if num is None:
         return None

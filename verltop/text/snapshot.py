@@ -3,6 +3,7 @@ processes, and the orphans."""
 
 from __future__ import annotations
 
+from verltop.analysis.oom import marked
 from verltop.analysis.steps import median_step_s
 from verltop.model import ProcRow, Snapshot
 from verltop.text.cells import age, duration, pct, size, table
@@ -32,7 +33,7 @@ def snapshot_text(s: Snapshot) -> str:
     if s.truncated:
         head.append(f"WARNING: {s.truncated}")
     rows = []
-    ooms = {v.actor_id: v for v in s.memory.oom} if s.memory is not None else {}
+    ooms = marked(s.memory.oom, s.actors) if s.memory is not None else {}
     for a in s.actors:
         oom = ooms.get(a.actor_id)
         stall = f"STALLED: {stall_reasons(a)}" if a.stalled else ""

@@ -80,7 +80,7 @@ class MainScreen(Screen):
         self._last = snap
         self._header(snap, False)
         marks = live_marks(self.app.marks, snap.actors, snap.taken_at)
-        ooms = [f"{MARK} {verdict_tag(v)}" for v in (snap.memory.oom if snap.memory is not None else ())]
+        ooms = [f"{MARK} {verdict_tag(v)}" for v in (snap.memory.oom if snap.memory is not None else ())]  # width
         self.table.set_shape(snap, max((*(len(mark_tag(m)) for m in marks.values()), *map(len, ooms)), default=0))
         self.table.apply(rows if rows is not None else self.table_rows(snap), snap.taken_at)
         self._show_selection()

@@ -9,6 +9,7 @@ from rich.text import Text
 
 from verltop.analysis.marks import SuspectMark
 from verltop.analysis.memory_view import low_headroom
+from verltop.analysis.oom import marked
 from verltop.model import ActorRow, GroupWork, Snapshot
 from verltop.text.cells import plural
 from verltop.text.marks import MARK, held_up_text, mark_tag
@@ -119,7 +120,7 @@ def layout_rows(snap: Snapshot, grouping: str, sort: str, rx: re.Pattern[str] | 
     work = {w.group: w for w in snap.work} if grouping == "group" else {}
     marks = marks or {}
     slow = {r.actor_id: slow_tag(r) for r in snap.slow_ranks if r.actor_id}
-    ooms = {v.actor_id: v for v in snap.memory.oom} if snap.memory is not None else {}
+    ooms = marked(snap.memory.oom, snap.actors) if snap.memory is not None else {}  # ran out, not moved on
     for aid, h in low_headroom(snap.memory).items():  # a rank short of memory: "GPU full in 6 steps"
         slow[aid] = f"{slow[aid]} · {headroom_mark(h)}" if aid in slow else headroom_mark(h)
     for name, members in groups.items():  # snapshot order: controller, groups, others
