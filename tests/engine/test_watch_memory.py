@@ -174,3 +174,18 @@ def test_a_rank_that_ran_out_and_runs_on_is_no_longer_marked():
     s = replace(s, actors=(row("a0", rank=0), same))
     assert [r.mark for r in layout_rows(s, "group", "rank") if r.actor is not None and r.actor.rank == 1] == [
         "▶ OOM (GPU) update_actor s7"]
+
+
+async def test_ooms_from_before_the_watch_began_are_old_news(tmp_path):
+    w = FakeWatcher(tmp_path)
+    m = MemoryIncidents(w)
+    dead = replace(row("a2", rank=2, task=None, state="DEAD"), death_text="x")
+    old_call = replace(verdict(), at=10.0)  # 90 s before the first snapshot
+    old_death = replace(verdict(), actor_id="a2", rank=2, how="worker_log", at=100.0)
+    s = replace(snap(100.0, MemoryView(oom=(old_call, old_death))), actors=(*snap(0, MemoryView()).actors, dead))
+    m.update(s)
+    await w.settle()
+    assert not (tmp_path / "incidents").exists() and not w.told
+    m.update(replace(s, taken_at=130.0, memory=MemoryView(oom=(old_call, old_death, replace(verdict(), at=125.0)))))
+    await w.settle()
+    assert [k for k, _ in w.told] == ["oom"]

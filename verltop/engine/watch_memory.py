@@ -42,6 +42,7 @@ log = logging.getLogger("verltop.watch")
 
 MEMORY_STEPS = 10  # a forecast of this many steps or fewer before the limit opens a ``memory`` incident
 MEMORY_FREE = 0.05  # ... and so does less than this share of the limit left
+OLD_S = 60.0  # a call that failed this long before the watch began is old news
 
 
 @dataclass(slots=True)
@@ -105,11 +106,18 @@ class MemoryIncidents:
         self.w = watcher
         self.memory_steps = memory_steps
         self.memory_free = memory_free
-        self.seen: set[tuple] = set()  # OOMs told (verdicts already there when the watch starts are news to it)
+        self.seen: set[tuple] = set()  # OOMs told
+        # old news (as a hang's deaths before the watch looked): ranks dead at its first snapshot, calls that
+        # failed more than OLD_S before it
+        self.started: float | None = None
+        self.dead_at_start: set[str] = set()
         self.low: dict[str, MemoryIncident | None] = {}  # open ``memory`` incidents by actor id (None: opening)
         self.clear_since: dict[str, float] = {}
 
     def update(self, snap: Snapshot) -> None:
+        if self.started is None:
+            self.started = snap.taken_at
+            self.dead_at_start = {a.actor_id for a in snap.actors if a.state in ("DEAD", "RESTARTING")}
         m = snap.memory
         if m is None:
             return
@@ -118,8 +126,19 @@ class MemoryIncidents:
             if k in self.seen:
                 continue
             self.seen.add(k)
+            if self.old_news(v):
+                log.info("not an incident: %s (before the watch began)", verdict_line(v))
+                continue
             self.w._spawn(self._open_oom(v, snap))
         self._headroom(snap)
+
+    def old_news(self, v: OomVerdict) -> bool:
+        """An OOM from before the watch began: a rank already dead at its first snapshot, a call that failed
+        more than ``OLD_S`` before it."""
+        assert self.started is not None
+        if v.how == "task_error":
+            return v.at < self.started - OLD_S
+        return v.actor_id in self.dead_at_start
 
     def low_headroom(self, h: Headroom) -> bool:
         """A forecast of ``memory_steps`` steps or fewer, or less than ``memory_free`` of the limit left."""
