@@ -37,13 +37,12 @@ from verl.single_controller.base.decorator import Dispatch, register
 MIB = 1 << 20
 PEAK_MIB = 300
 LEAK_MIB = 48
-# Each move of memory comes AFTER_S into its call, past the State API's lag (the watch's task poll, every 0.5 s
-# here, and the task events' report), and lasts (or is followed by the rest of the call) over a second: verltop
-# samples this machine's processes every second
-GEN_S = 3.0
-AFTER_S = 0.8
-HOLD_UNTIL_S = 1.9
-UPDATE_S = 2.0
+# Each move of memory comes AFTER_S into its call and lasts (or is followed by the rest of the call) over a
+# second: verltop samples this machine's processes every second
+GEN_S = 2.6
+AFTER_S = 0.5
+HOLD_UNTIL_S = 1.5
+UPDATE_S = 1.7
 GROUP_TIMEOUT_S = 120.0
 OOM_TEXT = ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.11 GiB of which "
             "1.20 GiB is free. Of the allocated memory 74.90 GiB is allocated by PyTorch.")
