@@ -13,6 +13,7 @@ and the book's memory (tracemalloc, a second run) once it holds its last steps.
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 import tracemalloc
@@ -152,6 +153,7 @@ def main() -> None:
     tracemalloc.start()
     _, w2, t = run(acts, all_local=True)
     views(w2, rows, t, acts)
+    gc.collect()
     book_mib = tracemalloc.get_traced_memory()[0] / 2 ** 20
     tracemalloc.stop()
     p95 = sorted(per_poll)[int(0.95 * len(per_poll))]

@@ -269,6 +269,15 @@ def theil_sen(xs: Sequence[float], ys: Sequence[float]) -> float | None:
     return median(slopes) if slopes else None
 
 
+_KEYS: dict[tuple[str, str], tuple[str, str]] = {}
+
+
+def _key(phase: str, kind: str) -> tuple[str, str]:
+    """One (phase, kind) tuple for all the entries that name it (thousands of them on a large job)."""
+    k = (phase, kind)
+    return _KEYS.setdefault(k, k)
+
+
 def _series(av: _ActorView, running: int | None, st: MemorySettings, limits: dict[str, int | None]) -> list[_Series]:
     """Each (phase, kind)'s kept memory over the actor's finished steps past warm-up (each step's share is
     worked out once, while the end before it stays the same)."""
@@ -280,26 +289,28 @@ def _series(av: _ActorView, running: int | None, st: MemorySettings, limits: dic
             continue
         c = av.step_kept.get(i)
         if c is None or c[0] != prev_g or c[1] != prev_r or c[2] != since:
-            entries: list[tuple[tuple[str, str], tuple[int, float, int]]] = []
+            entries: list = []  # flat: key, step, kept, end, key, ... (no tuple per entry: memory on large jobs)
             g_in, r_in = prev_g, prev_r
             use = i >= since
             for a in av.aggs[i]:
                 g, r = a.g1, a.r1
                 if g is not None:
                     if prev_g is not None and use:
-                        entries.append(((a.phase, "gpu"), (i, g - prev_g, g)))
+                        entries += (_key(a.phase, "gpu"), i, g - prev_g, g)
                     prev_g = g
                 if r is not None:
                     if prev_r is not None and use:
-                        entries.append(((a.phase, "host"), (i, r - prev_r, r)))
+                        entries += (_key(a.phase, "host"), i, r - prev_r, r)
                     prev_r = r
             c = av.step_kept[i] = (g_in, r_in, since, entries, prev_g, prev_r)
         else:
             prev_g, prev_r = c[4], c[5]
-        for key, e in c[3]:
-            rows = kept.get(key)
+        flat = c[3]
+        for j in range(0, len(flat), 4):
+            e = (flat[j + 1], flat[j + 2], flat[j + 3])
+            rows = kept.get(flat[j])
             if rows is None:
-                kept[key] = [e]
+                kept[flat[j]] = [e]
             else:
                 rows.append(e)
     out = []
