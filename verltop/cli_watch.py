@@ -60,6 +60,9 @@ def add_watch(sub: Any, shared: Any) -> None:
     w.add_argument("--max-captures", type=int, default=6, metavar="N",
                    help="stack captures (py-spy on every rank) per hour at most (default 6)")
     w.add_argument("--samples", type=int, default=3, metavar="N", help="stack samples ~1 s apart (default 3)")
+    w.add_argument("--memory-steps", type=float, default=10.0, metavar="N",
+                   help="a memory incident when a rank's forecast is N steps or fewer before its memory limit "
+                        "(or less than 5 %% of it is left; default 10)")
     w.add_argument("--no-native", action="store_true",
                    help="no native frames for ranks on a pegged GPU (native dumps pause a rank longer)")
     w.add_argument("--via", choices=("auto", "local", "dashboard", "probe"), default="auto",
@@ -176,6 +179,8 @@ def watch(args: argparse.Namespace) -> int:
         raise ValueError(bad)
     if args.samples < 1 or args.max_captures < 0:
         raise ValueError("--samples must be ≥ 1 and --max-captures ≥ 0")
+    if args.memory_steps < 0:
+        raise ValueError("--memory-steps must be ≥ 0")
     if args.metrics_port is not None and not 0 < args.metrics_port < 65536:
         raise ValueError(f"--metrics-port {args.metrics_port}: not a TCP port (1-65535)")
     d = Path(args.dir).expanduser() if args.dir else default_watch_dir()
@@ -191,7 +196,7 @@ def watch(args: argparse.Namespace) -> int:
         dir=d, keep_s=args.keep, max_bytes=args.max_size, before_s=args.before, clear_after_s=args.clear_after,
         max_captures_per_hour=args.max_captures, samples=args.samples, native_on_pegged=not args.no_native,
         via=args.via, on_incident=args.on_incident, hook_timeout_s=args.hook_timeout, webhook=args.webhook,
-        keep_incidents=args.keep_incidents, segment_s=args.segment,
+        keep_incidents=args.keep_incidents, segment_s=args.segment, memory_steps=args.memory_steps,
         meta={"verltop": __version__, "address": endpoint.address, "stall_after_s": stall_after})
     mon = Monitor(endpoint, Intervals.every(interval, args.timeout), StallSettings(stall_after_s=stall_after),
                   use_local=not getattr(args, "no_local", False),

@@ -19,11 +19,9 @@ controller. Commands (each ``tag`` names a release file ``{state_dir}/release-{t
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
-import traceback
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -145,6 +143,7 @@ class Host:
         self.dashboard = f"http://127.0.0.1:{port}"
         self.runner = TaskRunner.remote(state_dir)
         self.setup = ray.get(self.runner.setup.remote(), timeout=240)
+        self.info = {"dashboard": self.dashboard, **self.setup}
         self.pending: dict[str, Any] = {}
 
     def handle(self, cmd: dict[str, Any]) -> dict[str, Any]:
@@ -162,39 +161,13 @@ class Host:
             return {"done": bool(ready), "result": ray.get(ready[0]) if ready else None}
         raise ValueError(f"unknown command {op!r}")
 
-
-def host_main(argv: list[str]) -> int:
-    import argparse
-
-    p = argparse.ArgumentParser()
-    p.add_argument("--state-dir", required=True)
-    args = p.parse_args(argv)
-    proto = os.fdopen(os.dup(1), "w", buffering=1)  # the protocol owns the real stdout
-    os.dup2(2, 1)
-    try:
-        host = Host(args.state_dir)
-    except BaseException:
-        proto.write(json.dumps({"ok": False, "error": traceback.format_exc()}) + "\n")
-        raise
-    proto.write(json.dumps({"ok": True, "dashboard": host.dashboard, **host.setup}) + "\n")
-    try:
-        for line in sys.stdin:
-            if not line.strip():
-                continue
-            cmd = json.loads(line)
-            if cmd["cmd"] == "stop":
-                break
-            try:
-                reply = {"ok": True, **host.handle(cmd)}
-            except Exception:  # noqa: BLE001 - the test sees the traceback
-                reply = {"ok": False, "error": traceback.format_exc()}
-            proto.write(json.dumps(reply) + "\n")
-    finally:
+    def close(self) -> None:
         ray.shutdown()
-    return 0
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["host"]:
-        sys.exit(host_main(sys.argv[2:]))
+        from job_host import serve
+
+        sys.exit(serve(lambda state_dir, say: Host(state_dir), sys.argv[2:]))
     sys.exit(f"usage: {sys.argv[0]} host --state-dir DIR")

@@ -12,92 +12,25 @@ group (``aftermath_job.py``: two gloo ranks whose collectives time out after 3 s
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
-import queue
-import signal
-import subprocess
-import sys
-import threading
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
+from tests.integration.job_host import JobHost
 from tests.wait import wait_until, wait_until_async
 
 pytestmark = pytest.mark.ray
 
-HERE = Path(__file__).resolve().parent
-EXE = Path(sys.executable).parent / "verltop"
 
-
-class AftermathCluster:
+class AftermathCluster(JobHost):
     def __init__(self, tmp: Path) -> None:
-        env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH")) if p)
-        env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
-        self.state = tmp / "state"
-        self.state.mkdir()
-        self.log = open(tmp / "host.log", "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen([sys.executable, str(HERE / "aftermath_job.py"), "host", "--state-dir",
-                                      str(self.state)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.log, env=env, text=True, start_new_session=True)
-        self.replies: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=lambda: [self.replies.put(ln) for ln in self.proc.stdout] + [self.replies.put("")],
-                         daemon=True).start()
+        super().__init__(tmp, "aftermath_job.py")
         self.info = self.reply(240)
         self.address = self.info["dashboard"]
         self.pids = {r["rank"]: r["pid"] for r in self.info["ranks"]}
         self.ids = {r["rank"]: r["actor_id"] for r in self.info["ranks"]}
-        self.env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_DASHBOARD_ADDRESS")}
-
-    def reply(self, timeout: float) -> dict[str, Any]:
-        try:
-            line = self.replies.get(timeout=timeout)
-        except queue.Empty:
-            raise AssertionError(f"aftermath host silent for {timeout:.0f}s (log {self.log.name})") from None
-        assert line, f"aftermath host exited (rc={self.proc.poll()}, log {self.log.name})"
-        r = json.loads(line)
-        assert r.get("ok"), r.get("error")
-        return r
-
-    def send(self, **kw: Any) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(kw) + "\n")
-        self.proc.stdin.flush()
-
-    def cmd(self, **kw: Any) -> dict[str, Any]:
-        self.send(**kw)
-        return self.reply(120)
-
-    def release(self, tag: str) -> None:
-        (self.state / f"release-{tag}").touch()
-
-    def verltop(self, *args: str) -> dict[str, Any]:
-        p = subprocess.run([str(EXE), *args, "--json", "--address", self.address], capture_output=True, text=True,
-                           timeout=120, env=self.env)
-        assert p.returncode == 0, p.stderr[-3000:]
-        return json.loads(p.stdout)
-
-    def stop(self) -> None:
-        kids = []
-        with contextlib.suppress(psutil.Error):
-            kids = psutil.Process(self.proc.pid).children(recursive=True)
-        with contextlib.suppress(OSError):
-            self.send(cmd="stop")
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        for k in kids:
-            with contextlib.suppress(psutil.Error):
-                k.kill()
-        self.log.close()
 
 
 @pytest.fixture(scope="module")
@@ -163,6 +96,30 @@ def test_the_straggler_stays_named_after_its_peers_collective_failed(aftermath, 
     assert r["done"] and "Timed out" in r["result"]["error"], r
 
 
+def test_a_controller_in_its_own_reward_function_ends_its_chain(aftermath):
+    c = aftermath
+    wait_until(lambda: _idle(c), 30, "both ranks idle")
+    c.send(cmd="reward", tag="reward")  # the driver waits in ray.get until released
+    try:
+        def ready() -> dict[str, Any] | None:
+            d = c.verltop("dump")
+            ctl = next(r for r in d["ranks"] if r["role"] == "controller")
+            frames = " ".join(f["func"] for f in ctl["stack"] or [])
+            return d if "my_reward_fn" in frames and _rank(d, 1)["task"] else None
+
+        d = wait_until(ready, 60, "the controller in my_reward_fn", step=1)
+        ctl = next(r for r in d["ranks"] if r["role"] == "controller")
+        for ch in d["chains"]:  # no chain passes the controller on to the ranks it will wait on
+            names = [h["actor_name"] for h in ch["path"]]
+            assert names[-1] == "TaskRunner" or "TaskRunner" not in names, d["chains"]
+        assert [s["pid"] for s in d["suspects"]] == [ctl["pid"]], d["suspects"]
+        assert "in its own code at aftermath_job.py:" in d["suspects"][0]["reason"] and \
+            "my_reward_fn; its stack did not move" in d["suspects"][0]["reason"], d["suspects"]
+    finally:
+        c.release("reward")
+    assert c.reply(60)["score"] == 1.0
+
+
 async def test_a_watch_escalates_with_the_peers_failure_and_a_later_dump_says_still(aftermath, tmp_path):
     """``watch`` from before the hang: the incident names rank 1 and is escalated with rank 0's failed
     collective (its error); then the controller goes on with rank 0 alone (it computes: no witness any more),
@@ -218,27 +175,3 @@ async def test_a_watch_escalates_with_the_peers_failure_and_a_later_dump_says_st
         stop.set()
         await asyncio.wait_for(task, 60)
     assert (await asyncio.to_thread(c.cmd, cmd="wait", tag=tag))["done"]
-
-
-def test_a_controller_in_its_own_reward_function_ends_its_chain(aftermath):
-    c = aftermath
-    wait_until(lambda: _idle(c), 30, "both ranks idle")
-    c.send(cmd="reward", tag="reward")  # the driver waits in ray.get until released
-    try:
-        def ready() -> dict[str, Any] | None:
-            d = c.verltop("dump")
-            ctl = next(r for r in d["ranks"] if r["role"] == "controller")
-            frames = " ".join(f["func"] for f in ctl["stack"] or [])
-            return d if "my_reward_fn" in frames and _rank(d, 1)["task"] else None
-
-        d = wait_until(ready, 60, "the controller in my_reward_fn", step=1)
-        ctl = next(r for r in d["ranks"] if r["role"] == "controller")
-        for ch in d["chains"]:  # no chain passes the controller on to the ranks it will wait on
-            names = [h["actor_name"] for h in ch["path"]]
-            assert names[-1] == "TaskRunner" or "TaskRunner" not in names, d["chains"]
-        assert [s["pid"] for s in d["suspects"]] == [ctl["pid"]], d["suspects"]
-        assert "in its own code at aftermath_job.py:" in d["suspects"][0]["reason"] and \
-            "my_reward_fn; its stack did not move" in d["suspects"][0]["reason"], d["suspects"]
-    finally:
-        c.release("reward")
-    assert c.reply(60)["score"] == 1.0

@@ -8,6 +8,7 @@ from verltop.analysis import chains as wait_chains
 from verltop.analysis import ras as RAS
 from verltop.analysis.collectives import blocked_on, collective_pending, stack_key, task_thread
 from verltop.analysis.merge import equivalence_classes
+from verltop.analysis.oom import failed_ooms, from_call, from_death
 from verltop.analysis.peer_failures import peer_failures
 from verltop.analysis.pending_waits import pending_chains, pending_suspects_of
 from verltop.analysis.process_suspects import chain_suspects, merge_suspects, tp_suspects
@@ -28,6 +29,7 @@ from verltop.model import (
     RawTask,
     Suspect,
 )
+from verltop.model.memory import OomVerdict
 
 
 def child_key(c: ChildProc) -> str:
@@ -101,13 +103,16 @@ def analyse(
     ras: RasReport | None = None,
     pending: tuple[PendingItem, ...] = (),
     failed: list[RawTask] | tuple[RawTask, ...] = (),
+    ooms: tuple[OomVerdict, ...] = (),
 ) -> DumpReport:
     """The report: every actor (a driver is a row with role ``driver``), every child process (samples keyed
     by ``child_key``), wait chains from the running ``tasks`` and pending ``refs``, and the suspects.
     ``failed``: FAILED tasks (a peer whose collective timed out waiting for a straggler names it).
     ``pending``: the snapshot's unplaced placement groups (a wait on workers that do not exist ends there).
     ``ras``: NCCL RAS's view of the communicators at dump time (its lagging and missing ranks become suspects
-    too; the caller adds its findings to ``notes`` in words: ``verltop.text.ras.ras_notes``)."""
+    too; the caller adds its findings to ``notes`` in words: ``verltop.text.ras.ras_notes``).
+    ``ooms``: the snapshot's OOM verdicts (placed in their step, with their lead-up); a FAILED call or a death
+    that is an OOM and has none gets one here (without step)."""
     collectives = collectives or {}
     deaths = deaths or {}
     ranks = [analyse_rank(a, samples.get(a.actor_id, []), collectives.get(a.actor_id), death=deaths.get(a.actor_id))
@@ -125,7 +130,9 @@ def analyse(
     chains = wait_chains.build(every, acts, tasks, refs, drivers)
     if pending:  # a controller (or driver) in ray.get with no worker to wait on: its chain ends in the PG
         chains = pending_chains(chains, every, acts, pending)
-    suspects = merge_suspects(find_suspects(every, peer_failures(failed), taken_at), tp_suspects(kids, acts), chain_suspects(chains, every, acts),
+    suspects = merge_suspects(find_suspects(every, peer_failures(failed), taken_at, oom_by_actor(actors, failed, deaths, ooms,
+                                                                                                   taken_at)),
+                              tp_suspects(kids, acts), chain_suspects(chains, every, acts),
                               pending_suspects_of(every, acts, pending))
     n_samples = max((len(v) for v in samples.values()), default=0)
     found = RAS.findings(ras) if ras is not None else []
@@ -141,6 +148,24 @@ def analyse(
         notes=notes,
         chains=tuple(chains),
     )
+
+
+def oom_by_actor(actors: list[ActorRow], failed: list[RawTask] | tuple[RawTask, ...], deaths: dict[str, Death],
+                 ooms: tuple[OomVerdict, ...], now: float) -> dict[str, OomVerdict]:
+    """The OOM verdict of each actor that has one: the snapshot's first, else from its FAILED call or death."""
+    rows = {a.actor_id: a for a in actors}
+    out = {v.actor_id: v for v in ooms if v.actor_id}
+    for c in failed_ooms(failed):
+        if c.actor_id and c.actor_id in rows and c.actor_id not in out:
+            v = from_call(c, rows[c.actor_id], now)
+            if v is not None:
+                out[c.actor_id] = v
+    for aid, d in deaths.items():
+        if aid in rows and aid not in out and d.kind in ("cuda_oom", "host_oom"):
+            v = from_death(rows[aid], d, at=now)
+            if v is not None:
+                out[aid] = v
+    return out
 
 
 def with_ras(stacks: list[Suspect], ras: list[Suspect]) -> list[Suspect]:

@@ -10,12 +10,14 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
+from verltop.analysis.oom import FailedCall, oom_kind
 from verltop.analysis.peer_failures import collective_error
 
 MAX_SAMPLES = 64  # durations kept per (group, method)
 MAX_KEYS = 512  # (group, method) pairs kept
 MAX_PEER_RUNS = 256  # finished runs kept per (group, method) for the peer rule
 MAX_ACTOR_METHODS = 64  # method names remembered per actor (roles of colocated workers)
+MAX_OOMS = 64  # calls that failed with an OOM, kept (newest)
 
 
 @dataclass(slots=True)
@@ -50,6 +52,8 @@ class TaskHistory:
     # calls that failed in a collective (a timeout, an abort), per (group, method): peers that gave up waiting
     failures: OrderedDict[tuple[str, str], deque[FinishedRun]] = field(default_factory=OrderedDict)
     failed_ids: OrderedDict[str, tuple[str, str, FinishedRun]] = field(default_factory=OrderedDict)  # (group, method, run)
+    # calls that failed with an OOM (torch's OutOfMemoryError, Ray's memory monitor), by task id, oldest first
+    ooms: OrderedDict[str, FailedCall] = field(default_factory=OrderedDict)
 
     def observe(
         self,
@@ -104,9 +108,15 @@ class TaskHistory:
 
     def note_failed(self, failed: list[tuple[str, str | None, str, str, float, float, str]]) -> list[str]:
         """Record failed calls ``(task_id, actor_id, group, method, start_s, end_s, error)`` whose error is a
-        collective's; the task ids not seen before."""
+        collective's (``failures``) or an OOM (``ooms``); the task ids not seen before."""
         new = []
         for task_id, actor_id, group, method, start_s, end_s, error in sorted(failed, key=lambda f: f[5]):
+            if task_id not in self.ooms and oom_kind(error) is not None:
+                self.ooms[task_id] = FailedCall(task_id, actor_id, method, start_s, end_s, error)
+                while len(self.ooms) > MAX_OOMS:
+                    self.ooms.popitem(last=False)
+                new.append(task_id)
+                continue
             if task_id in self.failed_ids or not collective_error(error):
                 continue
             run = FinishedRun(actor_id, start_s, end_s, error)

@@ -12,7 +12,9 @@ Rules (a rank simply waiting with its peers is never a suspect):
 - a controller in ``ray.get`` points at the group it waits on: that group's ranks still running while
   their peers finished;
 - peers whose call failed in a collective (a timeout, an abort) while a rank of theirs runs on outside any
-  collective: it is the one that never arrived (``analysis.peer_failures``).
+  collective: it is the one that never arrived (``analysis.peer_failures``);
+- a rank that ran out of memory (``analysis.oom``: its call raised an OOM, or it died of one) and has not started
+  another call since: its reason is the OOM, and its peers waiting in a collective for it are waiters.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import replace
 from verltop.analysis.collectives import collective_pending, is_native
 from verltop.analysis.peer_failures import PeerFailure
 from verltop.model import Fate, Peers, RankDump, Suspect, SuspectWhy, Where
+from verltop.model.memory import OomVerdict
 
 WAIT_OPS_EXCLUDED = ("ray.get", "ray.wait")
 
@@ -98,11 +101,31 @@ def _failed_waiting(members: list[RankDump], ops: dict[int, str | None], failure
     return out
 
 
+def _ran_out(members: list[RankDump], ops: dict[int, str | None], ooms: dict[str, OomVerdict],
+             now: float | None) -> list[tuple[RankDump, SuspectWhy]]:
+    """Ranks with an OOM verdict that have not started another call since it (a rank that recovered and runs
+    on is no longer the one its peers wait for)."""
+    out = []
+    for r in members:
+        v = ooms.get(r.actor.actor_id)
+        if v is None:
+            continue
+        start = _started(r, now)
+        if r.actor.task and start is not None and start > v.at + 1.0 and r.actor.state == "ALIVE":
+            continue
+        waiting = [x for x in members if x is not r and ops[id(x)]]
+        op = Counter(ops[id(x)] for x in waiting).most_common(1)[0][0] if waiting else None
+        out.append((r, SuspectWhy("oom", r.actor.worker_group, op, peers=_peers(waiting) if waiting else None,
+                                  oom=v)))
+    return out
+
+
 def find_suspects(ranks: list[RankDump], failures: dict[str, PeerFailure] | None = None,
-                  now: float | None = None) -> list[Suspect]:
+                  now: float | None = None, ooms: dict[str, OomVerdict] | None = None) -> list[Suspect]:
     """The worker-group rules above over ``ranks``; ``failures``: each actor's latest call that failed in a
-    collective (``peer_failures``), ``now``: the dump's time."""
+    collective (``peer_failures``), ``now``: the dump's time, ``ooms``: OOM verdicts by actor id."""
     failures = failures or {}
+    ooms = ooms or {}
     groups: dict[str, list[RankDump]] = {}
     controller_waits = None
     for r in ranks:
@@ -148,6 +171,8 @@ def find_suspects(ranks: list[RankDump], failures: dict[str, PeerFailure] | None
                                   after_peers=_peers(others) if others else None), 95)
         for r, why in _failed_waiting(members, ops, failures, now):
             add(r, why, 92 if r.stuck is not False else 75)
+        for r, why in _ran_out(members, ops, ooms, now):
+            add(r, why, 105)  # the OOM is why it stopped: it says more than "dead" or "not in the collective"
         if not waiting:
             continue
         counts = Counter(ops[id(r)] for r in waiting)

@@ -35,6 +35,7 @@ from verltop.model import (
     RawObjectRef,
     RawTask,
 )
+from verltop.model.memory import OomVerdict
 from verltop.sources import flight_recorder as fr
 from verltop.sources.dashboard import (
     fetch_failed_tasks,
@@ -82,7 +83,7 @@ class DumpJob:
                  clock: Callable[[], float] = time.time, nodes: tuple[Node, ...] = (),
                  processes: bool = True, drivers: bool = True, ras_addrs: list[tuple[str, int]] | None = None,
                  pending: tuple[PendingItem, ...] = (), native_ids: frozenset[str] = frozenset(),
-                 previous: DumpReport | None = None) -> None:
+                 previous: DumpReport | None = None, ooms: tuple[OomVerdict, ...] = ()) -> None:
         self.client = client
         self.local_node_ids = local_node_ids
         self.targets = targets
@@ -95,6 +96,7 @@ class DumpJob:
         self.ras_addrs = ras_addrs or []
         self.ras: RasReport | None = None
         self.pending = pending  # unplaced placement groups: where a wait on absent workers ends
+        self.ooms = ooms  # the snapshot's OOM verdicts: such a rank's reason is its OOM
         self.samples: dict[str, list[ProcessDump]] = {}
         self.collectives: dict[str, CollectiveInfo] = {}
         self.notes: tuple[str, ...] = ()
@@ -239,7 +241,8 @@ class DumpJob:
         notes = tuple(dict.fromkeys((*self.notes, *ras_notes(self.ras))))  # what RAS found, in words
         rep = analyse([*self.targets, *self.drivers], self.samples, self.clock(), self.collectives,
                       native=self.native_used, notes=notes, children=self.children, deaths=self.deaths,
-                      tasks=self.tasks, refs=self.refs, ras=self.ras, pending=self.pending, failed=self.failed)
+                      tasks=self.tasks, refs=self.refs, ras=self.ras, pending=self.pending, failed=self.failed,
+                      ooms=self.ooms)
         # what this dump found before (more evidence came since) or an earlier dump found, where nothing moved
         return carry(self.report or self.previous, rep)
 

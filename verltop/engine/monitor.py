@@ -84,6 +84,7 @@ class Monitor(ActorPolls, TaskPolls, HistoryPolls, NodePolls, LocalPolls, Traini
             (self._poll_node_details, lambda: self.iv.node_detail_s, None),
             (self._poll_waiting, lambda: self.iv.waiting_s, None),
             (self._poll_roles, lambda: ROLES_EVERY_S, None),
+            (self._poll_deaths, lambda: self.iv.actors_s, None),  # dead ranks' logs: an OOM's word
             (self._poll_trees, lambda: min(2.0, self.iv.trees_s), None),
             (self._poll_pending, lambda: self.iv.actors_s, self.pending.state),  # it decides when to read
             (self._poll_training, lambda: max(self.iv.tasks_s, TRAINING_EVERY_S), None),
@@ -127,7 +128,8 @@ class Monitor(ActorPolls, TaskPolls, HistoryPolls, NodePolls, LocalPolls, Traini
                        use_logs=use_logs, refresh_rows=refresh_rows, clock=self.clock, nodes=snap.nodes,
                        drivers=scope is None, ras_addrs=self.ras_addresses(snap.actors) if self.use_local else [],
                        pending=snap.pending, native_ids=native_ids,
-                       previous=self.last_dump if scope is None else None)
+                       previous=self.last_dump if scope is None else None,
+                       ooms=snap.memory.oom if snap.memory is not None else ())
 
     def doctor(self, path: str | None = None, node_timeout_s: float = 30.0,
                on_progress: DoctorProgressFn | None = None) -> DoctorJob:

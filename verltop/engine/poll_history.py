@@ -12,6 +12,7 @@ from verltop.analysis.snapshot_build import failed_task_rows, group_key
 from verltop.engine.polling import PollState
 from verltop.model import RawActor
 from verltop.sources import dashboard as D
+from verltop.sources.watchdog import TAIL_LINES
 
 log = logging.getLogger("verltop.engine")
 
@@ -87,6 +88,15 @@ class HistoryPolls(PollState):
         if new:
             self._dirty.set()
         return new
+
+    async def _poll_deaths(self) -> None:
+        """Dead ranks' worker logs, read once each (a few per round): an OOM written there becomes a verdict."""
+        dead = self.oom_book.to_read(self.src.actors.value or [])
+        if not dead:
+            return
+        rs = await asyncio.gather(*(D.fetch_log_tail(self.client, a.actor_id, "err", TAIL_LINES, 5.0) for a in dead))
+        if any(self.oom_book.note_death(a, r.value if r.ok else None) for a, r in zip(dead, rs, strict=True)):
+            self._dirty.set()
 
     async def _seed_history(self) -> None:
         failures = asyncio.create_task(self.read_failures())

@@ -7,9 +7,10 @@ import logging
 import time
 from dataclasses import replace
 
-from verltop.analysis.snapshot_build import running_task_rows
+from verltop.analysis import roles as R
+from verltop.analysis.snapshot_build import group_key, running_task_rows
 from verltop.engine.polling import DETAIL_REFRESH_S, PollState
-from verltop.model import RawTask
+from verltop.model import RawActor, RawTask
 from verltop.sources import dashboard as D
 
 log = logging.getLogger("verltop.engine")
@@ -42,6 +43,7 @@ class TaskPolls(PollState):
             await self._hist_ready()
             self.timeline.tracker.polled(r.taken_at)  # nothing started or ended up to now
             self.timeline.maybe_refine(self._actor_map, self._hist_ready)  # a step stuck this long?
+            self._read_failed(dict(self._short_handed), r.taken_at)  # still short-handed: read again in a while
             return
         rows = r.value or []
         if detailed:
@@ -74,16 +76,18 @@ class TaskPolls(PollState):
         self.tasks_truncated = r.truncated  # shown beside the actors' (more than 10,000 running, or events lost)
         whole = D.complete(r)
         rows = running_task_rows(tuple(fixed), actors)
-        self._check_failures(rows, objs, r.taken_at)
+        self._check_failures(rows, objs, r.taken_at, actors)
         self.hist.observe(rows, r.taken_at, complete=whole)
         self.timeline.observe(fixed, actors, r.taken_at, complete=whole)
         self.work.note(fixed, actors)
         self.timeline.maybe_refine(self._actor_map, self._hist_ready)
 
-    def _check_failures(self, rows: list[tuple], before: dict[str, RawTask], now: float) -> None:
+    def _check_failures(self, rows: list[tuple], before: dict[str, RawTask], now: float,
+                        actors: dict[str, RawActor] | None = None) -> None:
         """A call that ended while its peers' calls of the same method run on may have failed in their
-        collective (a timeout waiting for the one still running): read that method's FAILED calls, at most
-        once per ``FAILURE_READ_S`` per method."""
+        collective (a timeout waiting for the one still running), and a worker group's call that runs on fewer
+        ranks than the group has may have failed on the others before any poll saw it (an OOM at its first
+        allocation): read that method's FAILED calls, at most once per ``FAILURE_READ_S`` per method."""
         live = {(g, m) for _, _, g, m, _ in rows}
         seen = {t for t, *_ in rows}
         names: dict[str, str | None] = {}
@@ -91,6 +95,14 @@ class TaskPolls(PollState):
             if tid not in seen and (run.group, run.method) in live:
                 t = before.get(tid)
                 names[run.method] = t.name if t is not None else None
+        self._short_handed = short_handed(rows, actors or {}, self._task_objs)
+        for method, name in self._short_handed.items():
+            names.setdefault(method, name)
+        self._read_failed(names, now)
+
+    def _read_failed(self, names: dict[str, str | None], now: float) -> None:
+        """Read the FAILED calls of these methods (``method → task name``), each at most once per
+        ``FAILURE_READ_S``."""
         for method, name in names.items():
             if now - self._failure_reads.get(method, 0.0) < FAILURE_READ_S:
                 continue
@@ -112,3 +124,22 @@ class TaskPolls(PollState):
         self.waiting = r.value or []
         self.work.note(self.waiting, self._actor_map())
         self._dirty.set()
+
+
+def short_handed(rows: list[tuple], actors: dict[str, RawActor], tasks: dict[str, RawTask]) -> dict[str, str | None]:
+    """Methods that a worker group's live ranks run on fewer ranks than it has (``method → task name``)."""
+    running: dict[tuple[str, str], set[str | None]] = {}
+    name: dict[str, str | None] = {}
+    for tid, aid, g, m, _ in rows:
+        running.setdefault((g, m), set()).add(aid)
+        t = tasks.get(tid)
+        name[m] = t.name if t is not None else None
+    if not running:
+        return {}
+    size: dict[str, int] = {}
+    for a in actors.values():
+        ident = R.identity(a)
+        if a.state == "ALIVE" and ident.worker_group is not None:
+            g = group_key(ident, a.class_name)
+            size[g] = size.get(g, 0) + 1
+    return {m: name[m] for (g, m), aids in running.items() if len(aids) < size.get(g, 0)}

@@ -13,6 +13,8 @@ from verltop.analysis.history import TaskHistory
 from verltop.analysis.snapshot_build import ClusterData, group_key
 from verltop.analysis.stalls import StallSettings
 from verltop.engine.base import Engine
+from verltop.engine.memory_book import MemoryWatch
+from verltop.engine.oom_book import OomBook
 from verltop.engine.pending import PendingWatch
 from verltop.engine.rollout_load import RolloutWatch
 from verltop.engine.timeline import Timeline, TrendStore, Work
@@ -114,6 +116,7 @@ class PollState(Engine):
         self.stall = stall or StallSettings()
         self.client = DashboardClient(endpoint, transport=transport)
         self.hist = TaskHistory()
+        self.oom_book = OomBook()  # the OOM verdicts' memory of deaths
         self.src = _Sources()
         for st, iv in ((self.src.actors, self.iv.actors_s), (self.src.tasks, self.iv.tasks_s),
                        (self.src.nodes, self.iv.nodes_s), (self.src.local, self.iv.local_s)):
@@ -137,6 +140,7 @@ class PollState(Engine):
         self._task_detail_at: float | None = None
         self._last_task_poll: float | None = None
         self._failure_reads: dict[str, float] = {}  # method → when its FAILED calls were last read
+        self._short_handed: dict[str, str | None] = {}  # methods a group runs on fewer ranks than it has
         self._focus: dict[str, None] = {}  # node ids on screen, top first
         self._internal: dict[str, Problem] = {}  # helper polls that failed with a bug, until they succeed
         self._hist_free = asyncio.Event()
@@ -152,6 +156,7 @@ class PollState(Engine):
         self.timeline = Timeline(self.client, self.iv.timeout_s, enabled=timeline)
         self.timeline.on_finished = self._feed_medians
         self.trends = TrendStore()
+        self.memory = MemoryWatch()  # memory by phase and step (fed by the process reads)
         self.work = Work()
         self.waiting: list[RawTask] = []  # tasks submitted and not running (per-group counts)
         self.last_dump: DumpReport | None = None  # the latest dump of the whole job (its suspects may stick)

@@ -35,6 +35,7 @@ from verltop.engine.notify import post_webhook, run_hook, scrub
 from verltop.engine.recording_format import SEGMENTS
 from verltop.engine.recording_reader import Recording, export_window
 from verltop.engine.recording_writer import Limits, Recorder, RecordingWriter
+from verltop.engine.watch_memory import MemoryIncidents
 from verltop.engine.watch_training import TrainingIncidents
 from verltop.model import ActorRow, CollectiveInfo, DumpReport, Problem, Snapshot
 from verltop.sources.pyspy import DumpOptions
@@ -67,6 +68,7 @@ class WatchSettings:
     evidence_every_s: float = 60.0  # an open incident's watchdog lines and Flight Recorder files, re-read
     capture_timeout_s: float = 180.0
     status_every_s: float = 2.0
+    memory_steps: float = 10.0  # a rank this many steps or fewer from its memory limit: a ``memory`` incident
     meta: dict[str, Any] = field(default_factory=dict)
 
 
@@ -94,6 +96,7 @@ class Watcher:
         self._unsub: Callable[[], None] | None = None
         self._failures_seen: set[str] = set()  # failed calls already told (task ids)
         self.training = TrainingIncidents(self)  # anomaly and slow incidents
+        self.memory = MemoryIncidents(self, cfg.memory_steps)  # oom (at once) and memory (low headroom) incidents
         self.on_open: list[Callable[[str], None]] = []  # told each new incident's kind (the metrics endpoint)
 
     # ---------------------------------------------------------- lifecycle
@@ -188,6 +191,7 @@ class Watcher:
             if self.tracker.open:
                 self._spawn(self._peers_failed(failed, snap))
         self.training.update(snap)
+        self.memory.update(snap)
 
     async def _handle(self, ev: IncidentEvent, snap: Snapshot) -> None:
         async with self._lock:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from verltop.model.memory import OomVerdict
 from verltop.model.pending import PendingItem
 from verltop.model.problems import Problem
 from verltop.model.ras import RasFinding
@@ -179,6 +180,7 @@ class SuspectWhy:
     # ras: what NCCL RAS says of it (``finding``) | said: a sentence an older verltop recorded (``text``)
     # peers_failed: ``peers`` of ``group`` failed in their call ``op`` ``ago_s`` ago with a collective's
     # timeout or abort (``text``) while it never entered the collective: it is ``where``
+    # oom: it ran out of memory (``oom``, the verdict) while ``peers`` of ``group`` wait for it in ``op``
     kind: str
     group: str | None = None  # the worker group
     op: str | None = None
@@ -205,6 +207,7 @@ class SuspectWhy:
     text: str | None = None  # said: the sentence; peers_failed: the peers' error
     ago_s: float | None = None  # peers_failed: how long ago the last of them failed
     still: bool = False  # named by an earlier dump with the same task and stack (``analysis.sticky``)
+    oom: OomVerdict | None = None  # oom: the verdict
 
 
 @dataclass(frozen=True, slots=True)

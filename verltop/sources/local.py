@@ -28,6 +28,9 @@ class LocalSample:
     gpus: tuple[Gpu, ...] | None
     gpu_error: str | None
     tree: ProcTree | None = None  # the descendants of the Ray workers in ``procs``
+    # each Ray worker's title now (``ray::WorkerDict.actor_rollout_update_actor`` while that call runs, Ray's
+    # setproctitle): the call each process runs at this very sample, finer than the 2 s tasks poll
+    titles: dict[int, str] | None = None
 
 
 def local_addresses(fqdn: bool = True) -> set[str]:
@@ -230,10 +233,13 @@ class LocalSampler:
                             error=Problem("processes", f"cannot read processes: {one_line(e, 120)}"))
         return tree_from_plain(plain, roots)
 
-    def sample(self, pids: set[int], tree_now: bool = False, procs: bool = True) -> LocalSample:
+    def sample(self, pids: set[int], tree_now: bool = False, procs: bool = True, titles: bool = False
+               ) -> LocalSample:
         """Processes, GPUs, and the tree (every ``tree_every_s``, when the roots change, or ``tree_now``);
-        ``procs=False``: no CPU % or RSS (a dump shows none, and skips psutil's import)."""
+        ``procs=False``: no CPU % or RSS (a dump shows none, and skips psutil's import); ``titles``: each
+        worker's title now (one read of /proc/PID/cmdline each)."""
         stats = self.sample_procs(pids) if procs else {}
+        names = {pid: t for pid in stats if (t := process_title(pid)) is not None} if titles else None
         # NVML's pids may be the host's: map the known descendants' too (their GPU memory is their actor's)
         kids = {p.pid for p in self._tree.procs} if self._tree is not None else set()
         gpus, err = self.sample_gpus(pids | kids)
@@ -243,7 +249,7 @@ class LocalSampler:
         if (tree_now or tree is None or set(tree.roots) != roots
                 or time.time() - tree.taken_at >= self.tree_every_s - 0.05):
             tree = self._tree = self.sample_tree(roots, gpus)
-        return LocalSample(time.time(), stats, gpus, err, tree)
+        return LocalSample(time.time(), stats, gpus, err, tree, names)
 
     def close(self) -> None:
         if self._nvml is not None:

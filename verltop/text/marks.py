@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from verltop.analysis.marks import SuspectMark
 from verltop.model import SuspectWhy
+from verltop.text.oom import verdict_tag
 from verltop.text.suspects import suspect_reason
 
 MARK = "▶"
@@ -29,6 +30,8 @@ def _short(w: SuspectWhy) -> str:
         return "not placed"
     if k == "ras":
         return "NCCL RAS"
+    if k == "oom" and w.oom is not None:
+        return verdict_tag(w.oom)
     return k.replace("_", " ")
 
 

@@ -3,9 +3,11 @@ processes, and the orphans."""
 
 from __future__ import annotations
 
+from verltop.analysis.oom import marked
 from verltop.analysis.steps import median_step_s
 from verltop.model import ProcRow, Snapshot
 from verltop.text.cells import age, duration, pct, size, table
+from verltop.text.oom import verdict_line, verdict_tag
 from verltop.text.pending import pending_lines
 from verltop.text.processes import narrow_title
 from verltop.text.rollout import load_text, tail_line
@@ -24,17 +26,24 @@ def snapshot_text(s: Snapshot) -> str:
     if s.steps:
         head.append(steps_text(s))
     head += training_lines(s.training, s.slow_ranks)
+    if s.memory is not None:
+        head += [verdict_line(v) for v in s.memory.oom]
     for e in s.errors:
         head.append(f"WARNING: {e}")
     if s.truncated:
         head.append(f"WARNING: {s.truncated}")
     rows = []
+    ooms = marked(s.memory.oom, s.actors) if s.memory is not None else {}
     for a in s.actors:
+        oom = ooms.get(a.actor_id)
+        stall = f"STALLED: {stall_reasons(a)}" if a.stalled else ""
+        if oom is not None:
+            stall = " ".join(x for x in (verdict_tag(oom), stall) if x)
         rows.append([
             a.worker_group or "-", a.role, "-" if a.rank is None else f"{a.rank}/{a.world_size or '?'}",
             a.node_ip or "-", str(a.pid or "-"), "-" if a.gpu_index is None else str(a.gpu_index),
             pct(a.gpu_util_percent), size(a.gpu_mem_bytes), pct(a.cpu_percent), size(a.rss_bytes),
-            a.state, a.task or "-", age(a.task_running_s), f"STALLED: {stall_reasons(a)}" if a.stalled else "",
+            a.state, a.task or "-", age(a.task_running_s), stall,
         ])
         for c in a.processes:
             rows.append(_proc_cells(c, "  " * c.depth + "└ " + narrow_title(c.title), ""))

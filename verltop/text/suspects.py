@@ -6,6 +6,7 @@ from verltop.analysis.merge import compact_ints
 from verltop.model import Fate, Peers, Suspect, SuspectWhy, Where
 from verltop.text.cells import duration
 from verltop.text.chains import chain_text, moved_text
+from verltop.text.oom import verdict_reason
 from verltop.text.pending import not_placed
 from verltop.text.ras import finding_text
 
@@ -109,4 +110,7 @@ def _text(w: SuspectWhy) -> str:  # one sentence per kind
                 f"{pg}")
     if w.kind == "ras" and w.finding is not None:
         return finding_text(w.finding)
+    if w.kind == "oom" and w.oom is not None:
+        waits = f"; {ranks_text(p)} of {g} {_wait(p)} for it in {w.op}" if p is not None and w.op else ""
+        return f"{verdict_reason(w.oom)}{waits}"
     return w.text or w.kind  # said

@@ -12,7 +12,8 @@ from textual.widgets import Input
 
 from verltop.analysis.marks import live_marks
 from verltop.model import ActorRow, Snapshot
-from verltop.text.marks import mark_sentence, mark_tag
+from verltop.text.marks import MARK, mark_sentence, mark_tag
+from verltop.text.oom import verdict_tag
 from verltop.text.pending import pending_reason
 from verltop.ui import keymap
 from verltop.ui.widgets import process_rows as PR
@@ -79,7 +80,8 @@ class MainScreen(Screen):
         self._last = snap
         self._header(snap, False)
         marks = live_marks(self.app.marks, snap.actors, snap.taken_at)
-        self.table.set_shape(snap, max((len(mark_tag(m)) for m in marks.values()), default=0))
+        ooms = [f"{MARK} {verdict_tag(v)}" for v in (snap.memory.oom if snap.memory is not None else ())]  # width
+        self.table.set_shape(snap, max((*(len(mark_tag(m)) for m in marks.values()), *map(len, ooms)), default=0))
         self.table.apply(rows if rows is not None else self.table_rows(snap), snap.taken_at)
         self._show_selection()
         node_of = {a.actor_id: a.node_id for a in snap.actors}

@@ -8,9 +8,13 @@ import re
 from rich.text import Text
 
 from verltop.analysis.marks import SuspectMark
+from verltop.analysis.memory_view import low_headroom
+from verltop.analysis.oom import marked
 from verltop.model import ActorRow, GroupWork, Snapshot
 from verltop.text.cells import plural
-from verltop.text.marks import held_up_text, mark_tag
+from verltop.text.marks import MARK, held_up_text, mark_tag
+from verltop.text.memory import headroom_mark
+from verltop.text.oom import verdict_tag
 from verltop.text.stalls import stall_reasons
 from verltop.text.training import slow_tag
 from verltop.ui.widgets import pending_rows
@@ -116,6 +120,9 @@ def layout_rows(snap: Snapshot, grouping: str, sort: str, rx: re.Pattern[str] | 
     work = {w.group: w for w in snap.work} if grouping == "group" else {}
     marks = marks or {}
     slow = {r.actor_id: slow_tag(r) for r in snap.slow_ranks if r.actor_id}
+    ooms = marked(snap.memory.oom, snap.actors) if snap.memory is not None else {}  # ran out, not moved on
+    for aid, h in low_headroom(snap.memory).items():  # a rank short of memory: "GPU full in 6 steps"
+        slow[aid] = f"{slow[aid]} · {headroom_mark(h)}" if aid in slow else headroom_mark(h)
     for name, members in groups.items():  # snapshot order: controller, groups, others
         if sort != "rank":
             members = sorted(members, key=lambda a: _sort_value(a, sort))
@@ -124,7 +131,8 @@ def layout_rows(snap: Snapshot, grouping: str, sort: str, rx: re.Pattern[str] | 
                                                                      held)))
         for a in members:
             m = marks.get(a.actor_id)
-            tag = mark_tag(m) if m is not None else ""
+            oom = ooms.get(a.actor_id)
+            tag = mark_tag(m) if m is not None else f"{MARK} {verdict_tag(oom)}" if oom is not None else ""
             if not a.processes:
                 rows.append(Row(a.actor_id, actor=a, mark=tag, note=slow.get(a.actor_id, "")))
                 continue
