@@ -90,9 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"verltop {__version__}")
     _shared(p, sub=False)
     p.add_argument("--record", metavar="FILE", help="record the TUI session into FILE (verltop replay FILE)")
-    sub = p.add_subparsers(dest="cmd", metavar="{tui,snapshot,dump,doctor,demo,watch,replay}")
+    sub = p.add_subparsers(dest="cmd", metavar="{tui,snapshot,dump,memory,doctor,demo,watch,replay}")
 
-    from verltop import cli_watch
+    from verltop import cli_memory, cli_watch
 
     t = sub.add_parser("tui", help="the interactive view (default)")
     _shared(t)
@@ -125,6 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--output", "-o", metavar="FILE", help="also write the dump to FILE (mode 0600)")
     d.add_argument("--force", action="store_true", help="overwrite --output if it exists")
     d.add_argument("--no-logs", action="store_true", help="do not read NCCL watchdog lines from worker logs")
+
+    cli_memory.add_memory(sub, _shared)
 
     c = sub.add_parser("doctor", help="pre-flight check of every node: versions, GPUs, NCCL environment, disks, "
                        "clocks, shared storage")
@@ -167,6 +169,10 @@ def main(argv: list[str] | None = None) -> int:
             return _leave(asyncio.run(_snapshot(args, prefetch_snapshot(resolve(args.address), args.timeout))))
         if cmd == "dump":
             return _leave(asyncio.run(_dump(args, _prefetch(args))))
+        if cmd == "memory":
+            from verltop.cli_memory import memory
+
+            return memory(args, _monitor, UserError)
         if cmd == "doctor":
             return _leave(asyncio.run(_doctor(args)))
         if cmd == "demo":
