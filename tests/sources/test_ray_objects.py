@@ -84,7 +84,7 @@ def test_grouped_by_holder_and_call_site_largest_first():
 
 
 def test_with_call_sites_each_site_is_its_own_group():
-    refs, held, _, recorded, _ = O.objects(doc("on_objects_detail.json"))
+    refs, *_ = O.objects(doc("on_objects_detail.json"))
     groups = group_refs(refs, actors("on"))
     h0 = [g for g in groups if g.actor_name == "holder_0"]
     # the list comprehension's three puts share a site; the small put in __init__ has its own

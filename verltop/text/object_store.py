@@ -12,13 +12,13 @@ NOT_RECORDED = ("call sites are not recorded: start Ray with RAY_record_ref_crea
 NOTHING = "no object references are held"
 
 
-def holder_text(g: ObjectGroup) -> str:
+def holder_text(g: ObjectGroup, with_name: bool = True) -> str:
     """Who holds the references: ``actor_rollout rank 1 (…WorkerDict_0:1)``, ``agent_loop_worker_0``,
     ``driver``, ``task worker``; with pid when nothing else names it."""
     if g.actor_id:
         if g.rank is not None:
             who = f"{g.role or g.worker_group or 'rank'} rank {g.rank}"
-            return f"{who} ({g.actor_name})" if g.actor_name else who
+            return f"{who} ({g.actor_name})" if g.actor_name and with_name else who
         return g.actor_name or g.class_name or f"actor pid {g.pid}"
     if g.worker_type == "DRIVER":
         return f"driver pid {g.pid}" if g.pid else "driver"

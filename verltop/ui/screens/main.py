@@ -127,6 +127,16 @@ class MainScreen(Screen):
 
         self.app.push_screen(TimelineScreen())
 
+    def action_memory(self) -> None:
+        from verltop.ui.screens.memory import MemoryScreen
+
+        self.app.push_screen(MemoryScreen())
+
+    def action_object_store(self) -> None:
+        from verltop.ui.screens.object_store import ObjectStoreScreen
+
+        self.app.push_screen(ObjectStoreScreen())
+
     def action_health(self) -> None:
         from verltop.ui.screens.health import HealthScreen
 

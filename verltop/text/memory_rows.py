@@ -1,0 +1,130 @@
+"""The memory screen's words: who a row is, what a phase keeps step after step, the headroom and steps left,
+what a colocated engine still holds, the OOM verdicts, and verl's own ``*/perf/max_memory_*`` for what they
+are (lifetime peaks, the max over ranks). Pure functions of the model."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from verltop.model import EngineHold, Headroom, MemoryGrowth, OomVerdict, PhaseMemory, TrainingView
+from verltop.text.cells import size
+
+MIB = 1 << 20
+FLAT_BYTES = 8 * MIB  # peers under this per step read "flat"
+LIMIT_TEXT = {"gpu_total": "the GPU's total less other processes on it",
+              "ray_memory_threshold": "the node's memory at Ray's memory-monitor threshold",
+              "cgroup": "the container's memory limit"}
+HOW_TEXT = {"task_error": "its call raised torch's OutOfMemoryError",
+            "worker_log": "its worker log says so",
+            "memory_monitor": "Ray's memory monitor killed it",
+            "sigkill_near_limit": "it died of SIGKILL with its memory near the limit"}
+NO_SAMPLES = "too few samples"
+VERL_PEAK_KEYS = ("perf/max_memory_allocated_gb", "perf/max_memory_reserved_gb", "perf/cpu_memory_used_gb")
+
+
+def who(worker_group: str | None, role: str | None, rank: int | None, actor_name: str | None) -> str:
+    """``rank 1 of actor_rollout``; an actor without a rank by its name."""
+    group = role or worker_group
+    if rank is not None and group:
+        return f"rank {rank} of {group}"
+    return actor_name or group or "?"
+
+
+def mib(n: float | None, signed: bool = False) -> str:
+    """``+150 MiB``, ``1.2 GiB``; ``-`` when unknown."""
+    if n is None:
+        return "-"
+    sign = "+" if signed and n >= 0 else ("-" if n < 0 else "")
+    a = abs(n)
+    return f"{sign}{a / (1 << 30):.1f} GiB" if a >= 1 << 30 else f"{sign}{a / MIB:.0f} MiB"
+
+
+def peers_text(g: MemoryGrowth) -> str:
+    if g.peers_bytes_per_step is None:
+        return "no peers to compare"
+    if abs(g.peers_bytes_per_step) < FLAT_BYTES:
+        return "peers flat"
+    return f"peers {mib(g.peers_bytes_per_step, True)} per step"
+
+
+def growth_text(g: MemoryGrowth) -> str:
+    """``rank 1 of actor_rollout: +150 MiB per step of host memory in update_actor over 7 steps; peers flat``."""
+    kind = "GPU memory" if g.kind == "gpu" else "host memory"
+    return (f"{who(g.worker_group, g.role, g.rank, g.actor_name)}: {mib(g.bytes_per_step, True)} per step of {kind} "
+            f"in {g.phase} over {g.steps} steps; {peers_text(g)}")
+
+
+def steps_left_text(s: float | None) -> str:
+    if s is None:
+        return "not growing"
+    if s < 1:
+        return "less than a step left"
+    return f"{s:.0f} steps left at its growth"
+
+
+def headroom_text(h: Headroom) -> str:
+    """``rank 1 of actor_rollout, host: peak 3.2 GiB of 21.7 GiB (85% free; the node's memory at Ray's
+    memory-monitor threshold), 12 steps left at its growth``."""
+    free = h.free_fraction
+    lim = LIMIT_TEXT.get(h.limit_source or "", "limit unknown")
+    share = f"{100 * free:.0f}% free; " if free is not None else ""
+    return (f"{who(h.worker_group, h.role, h.rank, h.actor_name)}, {'GPU' if h.kind == 'gpu' else 'host'}: peak "
+            f"{mib(h.peak_bytes)} of {mib(h.limit_bytes)} ({share}{lim}), {steps_left_text(h.steps_to_limit)}")
+
+
+def low(h: Headroom, steps_left: float = 10.0, free_below: float = 0.05) -> bool:
+    """The screen's warning colour: few steps left or little free."""
+    f = h.free_fraction
+    return (h.steps_to_limit is not None and h.steps_to_limit <= steps_left) or (f is not None and f < free_below)
+
+
+def hold_text(e: EngineHold) -> str:
+    """``vllm_server_0_0 holds 12.0 GiB of GPU memory during update_actor (asleep; KV cache 0%)``."""
+    extra = []
+    if e.sleep_state is not None:
+        extra.append("awake" if e.sleep_state == 0 else "asleep")
+    if e.kv_cache_usage is not None:
+        extra.append(f"KV cache {100 * e.kv_cache_usage:.0f}%")
+    tail = f" ({'; '.join(extra)})" if extra else ""
+    return f"{e.actor_name or e.actor_id} holds {mib(e.gpu_bytes)} of GPU memory during {e.phase}{tail}"
+
+
+def oom_text(v: OomVerdict) -> str:
+    """``rank 2 of actor_rollout ran out of GPU memory in update_actor at step 7: its call raised torch's
+    OutOfMemoryError (CUDA out of memory. Tried to allocate 2.00 GiB …)``."""
+    where = f" in {v.phase}" if v.phase else ""
+    when = f" at step {v.step}" if v.step is not None else ""
+    kind = "GPU memory" if v.kind == "gpu" else "host memory"
+    msg = f" ({v.message})" if v.message else ""
+    return (f"{who(v.worker_group, v.role, v.rank, v.actor_name)} ran out of {kind}{where}{when}: "
+            f"{HOW_TEXT.get(v.how, v.how)}{msg}")
+
+
+def phase_cell(p: PhaseMemory, kind: str) -> str:
+    """A peak in a table cell; ``?`` when the phase ran without a sample (never 0)."""
+    if p.samples == 0:
+        return "?"
+    return size(p.peak_gpu_bytes if kind == "gpu" else p.peak_rss_bytes)
+
+
+def verl_peaks(peaks: Iterable[tuple[str, float]], training: TrainingView | None) -> list[tuple[str, float]]:
+    """verl's own memory figures at its last step: ``MemoryView.verl_peaks`` when the engine gave them,
+    else the keys of the training metrics (``actor/perf/max_memory_allocated_gb`` …)."""
+    got = list(peaks)
+    if got or training is None:
+        return got
+    out = []
+    for key in sorted(training.metrics):
+        if key.endswith(VERL_PEAK_KEYS):
+            v = training.latest(key)
+            if v is not None:
+                out.append((key, v))
+    return out
+
+
+def verl_peak_text(key: str, value: float) -> str:
+    """What verl's figure is: its max_memory_* are process-lifetime peaks (never reset per step) and the max
+    over ranks (which rank peaked is lost); cpu_memory_used_gb is the whole node's used memory."""
+    what = ("the node's used memory (psutil), not the process" if key.endswith("cpu_memory_used_gb")
+            else "lifetime peak, max over ranks")
+    return f"{key} {value:.2f} GB — {what}"
