@@ -105,6 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--cpu-window", type=float, default=0.0, metavar="S",
                    help="also sample local processes twice S seconds apart for their CPU %% (default 0: actors "
                    "carry the dashboard agent's figure, their child processes none)")
+    s.add_argument("--watch-dir", metavar="DIR", default=None,
+                   help="the directory of a running `verltop watch`: its recorded history fills what one snapshot "
+                   "cannot know (memory by phase, growth, headroom; actors' memory peaks); default: the watch's "
+                   "default directory when a watch runs there")
     s.add_argument("--remote-processes", action="store_true",
                    help="also read the process trees of actors on other nodes, through a probe actor per node "
                    "(needs ray on this machine; without it they are null)")
@@ -258,10 +262,18 @@ async def _snapshot(args: argparse.Namespace, prefetch: Any = None) -> int:
                                       remote_processes=args.remote_processes)
     except oneshot.OneShotError as e:
         raise UserError(str(e)) from None
+    snap, memory_note = _borrow_history(snap, args.watch_dir)
     if args.json:
         from verltop.text.contract import snapshot_json
 
-        json.dump(snapshot_json(snap), sys.stdout, indent=1)
+        doc = snapshot_json(snap)
+        if "memory" not in doc:
+            from verltop.codec import to_data
+
+            doc["memory"] = None if snap.memory is None else to_data(snap.memory)
+        if memory_note is not None or "memory_note" not in doc:
+            doc["memory_note"] = memory_note
+        json.dump(doc, sys.stdout, indent=1)
         sys.stdout.write("\n")
         if snap.truncated:  # the JSON has no field for it; a script's user must still learn of it
             print(f"verltop: warning: {snap.truncated}", file=sys.stderr)
@@ -269,7 +281,24 @@ async def _snapshot(args: argparse.Namespace, prefetch: Any = None) -> int:
         from verltop.text.snapshot import snapshot_text
 
         print(snapshot_text(snap))
+        if memory_note:
+            print(f"note: {memory_note}")
     return 0
+
+
+def _borrow_history(snap: Any, watch_dir: str | None) -> tuple[Any, str | None]:
+    """The running watch's history lent to a one-shot snapshot (``--watch-dir``, else the watch's default
+    directory when a watch runs there), and why memory is missing when it is."""
+    from pathlib import Path
+
+    from verltop.cli_watch import default_watch_dir
+    from verltop.engine.watch_history import borrow
+
+    d = Path(watch_dir).expanduser() if watch_dir else default_watch_dir()
+    if watch_dir and not d.is_dir():
+        raise UserError(f"--watch-dir {watch_dir}: no such directory")
+    b = borrow(snap, d, explicit=bool(watch_dir), now=snap.taken_at)
+    return b.snapshot, b.note
 
 
 def _prefetch(args: argparse.Namespace) -> Any:
