@@ -30,7 +30,7 @@ needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason=f"promtool missing:
 def test_rules_load():
     p = subprocess.run([PROMTOOL, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert "SUCCESS: 8 rules found" in p.stdout
+    assert "SUCCESS: 10 rules found" in p.stdout
 
 
 @needs_promtool
@@ -43,7 +43,7 @@ def test_rules_pass_their_unit_tests():
 def test_every_alert_has_a_summary_and_a_test():
     rules = RULES.read_text()
     alerts = re.findall(r"^\s+- alert: (\w+)$", rules, re.M)
-    assert len(alerts) == 8 and rules.count("summary: >-") == 8
+    assert len(alerts) == 10 and rules.count("summary: >-") == 10
     tests = (RULES.parent / "verltop-rules.test.yml").read_text()
     assert all(f"alertname: {a}\n" in tests for a in alerts), [a for a in alerts if f"alertname: {a}\n" not in tests]
 

@@ -66,3 +66,17 @@ def test_where_to_connect():
     assert connect_host("::", None) == "127.0.0.1"
     assert connect_host("::ffff:10.1.2.3", None) == "10.1.2.3"
     assert host_port("fe80::1", 80) == "[fe80::1]:80" and host_port("10.0.0.1", 8000) == "10.0.0.1:8000"
+
+
+def test_vllm_sleep_state_is_the_level_of_the_state_set_to_one():
+    base = (FIX / "vllm-0.11-dp2.txt").read_text()
+    assert parse_engine_metrics(base).sleep_state is None  # no sleep mode: not said
+    lines = ['# TYPE vllm:engine_sleep_state gauge']
+    for eng, on in (("0", "weights_offloaded"), ("1", "discard_all")):
+        for st in ("awake", "weights_offloaded", "discard_all"):
+            lines.append(f'vllm:engine_sleep_state{{engine="{eng}",model_name="m",sleep_state="{st}"}} '
+                         f'{1.0 if st == on else 0.0}')
+    m = parse_engine_metrics(base + "\n".join(lines) + "\n")
+    assert m is not None and m.sleep_state == 1.0  # the most awake engine's level
+    awake = 'vllm:engine_sleep_state{engine="0",model_name="m",sleep_state="awake"} 1.0\n'
+    assert parse_engine_metrics(base + awake).sleep_state == 0.0

@@ -27,7 +27,7 @@ def test_snapshot_view_nodes_gpus_and_orphans():
     s = synthetic_snapshots(2)[-1]
     doc = json.loads(json.dumps(snapshot_json(s)))
     assert set(doc) == {"taken_at", "source", "nodes", "actors", "phase", "orphans", "pending", "steps", "training",
-                        "slow_ranks", "rollout"}
+                        "slow_ranks", "rollout", "memory", "memory_note"}
     assert doc["nodes"] and all(set(n) == NODE_KEYS for n in doc["nodes"])
     assert all(set(g) == GPU_KEYS for n in doc["nodes"] for g in n["gpus"])
     o = ProcRow(7, 1, "VLLM::Worker_TP0", None, None, 0, 2**30, node_ip="10.0.0.2", actor_id="a1")

@@ -3,9 +3,10 @@ text format, read-only). A custom collector reads the latest snapshot, so a scra
 and never a dashboard request; the families of one snapshot are built once and reused until the next.
 
 Only verl-level meaning: stalls, suspects, deaths, steps, phases, skew, anomalies, slow ranks, verl's own
-training metrics and the rollout engines' load. Nothing Ray or DCGM already export (GPU use, memory, Ray's
-task and actor counts), and no label that grows without bound (pids, task ids, free text): worker groups,
-roles, phases, kinds, metric names and actor names are the only label values.
+training metrics, the rollout engines' load and each rank's memory headroom and growth by phase. Nothing Ray
+or DCGM already export (GPU use, node memory, Ray's task and actor counts), and no label that grows without
+bound (pids, task ids, free text): worker groups, roles, ranks, phases, kinds, metric names and actor names
+are the only label values.
 """
 
 from __future__ import annotations
@@ -156,6 +157,43 @@ def snapshot_metrics(snap: Snapshot) -> Iterator[Metric]:
     yield from _training_metrics(snap)
     yield from _slow_rank_metrics(snap)
     yield from _rollout_metrics(snap)
+    yield from _memory_metrics(snap)
+
+
+def _who(worker_group: str | None, role: str | None, rank: int | None, actor_name: str | None,
+         actor_id: str) -> list[str]:
+    """Bounded labels of a rank: its worker group (an actor with none: its name), role and rank ("" if none)."""
+    return [worker_group or actor_name or actor_id, role or "", "" if rank is None else str(rank)]
+
+
+def _memory_metrics(snap: Snapshot) -> Iterator[Metric]:
+    mem = snap.memory
+    labels = ["worker_group", "role", "rank", "kind"]
+    peak = GaugeMetricFamily("verltop_memory_peak_bytes", "a rank's memory (its child processes' included) at "
+                             "its tightest sample of the last steps, GPU or host", labels=labels)
+    limit = GaugeMetricFamily("verltop_memory_limit_bytes", "the limit that would kill the rank then: the GPU's "
+                              "total less other processes, or the node's memory at Ray's kill threshold (the "
+                              "container's where lower) less other processes", labels=labels)
+    left = GaugeMetricFamily("verltop_memory_steps_to_limit", "steps until the rank reaches its limit at the "
+                             "growth of its growing phases (only while one grows)", labels=labels)
+    grow = GaugeMetricFamily("verltop_memory_growth_bytes_per_step", "memory a phase keeps step after step on "
+                             "a rank (a leak), past warm-up, only where consistent and material",
+                             labels=[*labels, "phase"])
+    for h in mem.headroom if mem is not None else ():
+        who = [*_who(h.worker_group, h.role, h.rank, h.actor_name, h.actor_id), h.kind]
+        if h.peak_bytes is not None:
+            peak.add_metric(who, float(h.peak_bytes))
+        if h.limit_bytes is not None:
+            limit.add_metric(who, float(h.limit_bytes))
+        if h.steps_to_limit is not None:
+            left.add_metric(who, float(h.steps_to_limit))
+    for g in mem.growth if mem is not None else ():
+        grow.add_metric([*_who(g.worker_group, g.role, g.rank, g.actor_name, g.actor_id), g.kind, g.phase],
+                        float(g.bytes_per_step))
+    yield peak
+    yield limit
+    yield left
+    yield grow
 
 
 def _step_metrics(snap: Snapshot) -> Iterator[Metric]:

@@ -17,7 +17,7 @@ do) is stored as its own first part followed by ``+``.
 Frame JSON (documented in docs/recording.md):
 keyframe ``{"t", "s": {scalars}, "src": [sources], "n": [nodes], "a": [actors]}``;
 delta ``{"t", "s": {changed scalars}, "src"?: [sources], "n"?: changes, "a"?: changes, "tr"?: verl's metrics
-added by a step (``frames_training``)}`` where changes are
+added by a step (``frames_training``), "mem"?: the memory view's changed rows (``frames_memory``)}`` where changes are
 ``{"set": [[position, {field: value}]...], "new": [whole rows], "del": [ids], "ord"?: [ids in order]}``.
 """
 
@@ -27,6 +27,7 @@ import typing
 from typing import Any
 
 from verltop.codec import decoder, fields_of, to_data
+from verltop.engine.frames_memory import apply_memory, memory_delta
 from verltop.engine.frames_training import apply_training, training_delta
 from verltop.model import ActorRow, Node, Snapshot, SourceStatus, Stall
 
@@ -148,7 +149,14 @@ class DeltaEncoder:
             return True, frame
         prev = self.prev
         out: dict[str, Any] = {"t": t}
-        sc = {k: to_data(getattr(s, k)) for k in SCALARS if k != "training" and getattr(s, k) != getattr(prev, k)}
+        sc = {k: to_data(getattr(s, k)) for k in SCALARS
+              if k not in ("training", "memory") and getattr(s, k) != getattr(prev, k)}
+        if s.memory != prev.memory:  # memory by phase: only the rows that changed, when that says it all
+            md = memory_delta(prev.memory, s.memory)
+            if md is None:
+                sc["memory"] = to_data(s.memory)
+            else:
+                out["mem"] = md
         if s.training != prev.training:  # verl's metrics: only what a new step added, when that says it all
             tr = training_delta(prev.training, s.training)
             if tr is None:
@@ -270,6 +278,8 @@ class SnapshotState:
             self.scalars.update(f.get("s") or {})
             if "tr" in f:
                 self.scalars["training"] = apply_training(self.scalars.get("training"), f["tr"])
+            if "mem" in f:
+                self.scalars["memory"] = apply_memory(self.scalars.get("memory"), f["mem"])
             if "src" in f:
                 self.sources = f["src"]
             self.node_order = _apply(self.nodes, self.node_order, f.get("n"), "node_id")

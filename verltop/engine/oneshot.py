@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import logging
+from dataclasses import replace
 
 from verltop.analysis import roles as R
 from verltop.analysis.dump import dump_targets
@@ -60,7 +61,8 @@ async def snapshot(mon: Monitor, cpu_window_s: float = 0.0, remote_processes: bo
         if not mon.has_data:
             err = mon.connection_problem()
             raise OneShotError(err.text if err else "no answer from the dashboard")
-        return mon.snapshot()
+        # one poll has no history: memory by phase needs a watch's (``--watch-dir``), the JSON says so
+        return replace(mon.snapshot(), memory=None)
     finally:
         await mon.stop()
 

@@ -11,6 +11,7 @@ from verltop.engine import nccl_ras
 from verltop.engine.polling import PollState
 from verltop.model import ActorRow, Problem
 from verltop.sources import dashboard as D
+from verltop.sources.hostmem import host_memory
 from verltop.sources.local import LocalSample
 
 log = logging.getLogger("verltop.engine")
@@ -45,9 +46,10 @@ class LocalPolls(PollState):
         or RSS (a dump shows none, and skips psutil's import)."""
         if self.sampler is None or not (procs or self.sampler.use_nvml):
             return  # nothing a dump would use
-        pids = {a.pid for a in self._actors_on(self.candidate_local_ids()) if a.pid}
+        here = self._actors_on(self.candidate_local_ids())
+        pids = {a.pid for a in here if a.pid}
         try:
-            s = await asyncio.to_thread(self.sampler.sample, pids, tree_now, procs)
+            s, host = await asyncio.to_thread(self._sample, pids, tree_now, procs)
         except Exception as e:
             log.error("local sampling failed", exc_info=True)
             self._record(self.src.local, D.Result(None, Problem("internal", f"local sampling failed: {one_line(e)}"),
@@ -56,6 +58,20 @@ class LocalPolls(PollState):
         self._record(self.src.local, D.Result(s, None, s.taken_at))
         await self._hist_ready()
         self._note_gpu_use(s)
+        if procs:
+            self._book_memory(s, host)
+
+    def _sample(self, pids: set[int], tree_now: bool, procs: bool) -> tuple[LocalSample, tuple[int, int, str] | None]:
+        s = self.sampler.sample(pids, tree_now, procs)  # type: ignore[union-attr]
+        return s, (host_memory() if procs else None)
+
+    def _book_memory(self, s: LocalSample, host: tuple[int, int, str] | None) -> None:
+        """Each local actor's memory under the phase it runs (or the job's): every local sample."""
+        local = self.local_node_ids()
+        try:
+            self.memory.feed_local(s, self._actors_on(local), self.src.tasks.value, self._actor_map(), host)
+        except Exception:  # book-keeping must not stop the sampler
+            log.error("memory book-keeping failed", exc_info=True)
 
     def _note_gpu_use(self, s: LocalSample) -> None:
         if not s.gpus:

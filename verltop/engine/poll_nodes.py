@@ -104,8 +104,18 @@ class NodePolls(PollState):
             if r.ok and r.value is not None:
                 self.node_details[nid] = r.value
                 self._dirty.set()
+                if nid not in local:
+                    self._book_node_memory(r.value, r.taken_at - (r.value.stats_age_s or 0.0))
         for nid in [k for k in self.node_details if k not in wanted]:
             del self.node_details[nid]
+
+    def _book_node_memory(self, node: Node, at: float) -> None:
+        """Another node's actors' memory as its agent reported it (every 5 s), under their phases."""
+        try:
+            self.memory.feed_node(node, at, self._actors_on({node.node_id}), self.src.tasks.value, self._actor_map(),
+                                  self.remote.trees.get(node.node_id))
+        except Exception:  # book-keeping must not stop the node reads
+            log.error("memory book-keeping failed", exc_info=True)
 
     async def _poll_trees(self) -> None:
         """Asked-about nodes on screen whose tree is older than ``trees_s``."""

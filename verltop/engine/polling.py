@@ -13,6 +13,7 @@ from verltop.analysis.history import TaskHistory
 from verltop.analysis.snapshot_build import ClusterData, group_key
 from verltop.analysis.stalls import StallSettings
 from verltop.engine.base import Engine
+from verltop.engine.memory_book import MemoryWatch
 from verltop.engine.pending import PendingWatch
 from verltop.engine.rollout_load import RolloutWatch
 from verltop.engine.timeline import Timeline, TrendStore, Work
@@ -152,6 +153,7 @@ class PollState(Engine):
         self.timeline = Timeline(self.client, self.iv.timeout_s, enabled=timeline)
         self.timeline.on_finished = self._feed_medians
         self.trends = TrendStore()
+        self.memory = MemoryWatch()  # memory by phase and step (fed by the process reads)
         self.work = Work()
         self.waiting: list[RawTask] = []  # tasks submitted and not running (per-group counts)
         self.last_dump: DumpReport | None = None  # the latest dump of the whole job (its suspects may stick)

@@ -138,14 +138,15 @@ class RolloutWatch:
                 and m.gen_tokens_total >= prev.gen_tokens_total):
             rate = (m.gen_tokens_total - prev.gen_tokens_total) / (now - prev.read_at)
         return RolloutLoad(a.actor_id, a.name, addr, m.engine, m.running, m.waiting, m.kv_cache_usage,
-                           m.preemptions_total, m.gen_tokens_total, rate, now)
+                           m.preemptions_total, m.gen_tokens_total, rate, now, sleep_state=m.sleep_state)
 
     def _stale(self, a: RawActor, addr: str, why: str) -> RolloutLoad:
         prev = self.loads.get(a.actor_id)
         if prev is None:
             return RolloutLoad(a.actor_id, a.name, addr, problem=why)
         return RolloutLoad(prev.actor_id, prev.actor_name, addr, prev.engine, prev.running, prev.waiting,
-                           prev.kv_cache_usage, prev.preemptions_total, prev.gen_tokens_total, None, prev.read_at, why)
+                           prev.kv_cache_usage, prev.preemptions_total, prev.gen_tokens_total, None, prev.read_at, why,
+                           prev.sleep_state)
 
     def view(self, actor_ids: Iterable[str]) -> tuple[RolloutLoad, ...]:
         """The loads of these actors (the snapshot's), in its order."""

@@ -9,6 +9,7 @@ from typing import Any
 
 from verltop.analysis.slow_ranks import slow_ranks
 from verltop.analysis.snapshot_build import ClusterData, build_snapshot
+from verltop.engine.memory_book import verl_peaks
 from verltop.engine.polling import PollState
 from verltop.model import ActorRow, Node, ProcStat, Snapshot, SourceStatus, TrainingView
 from verltop.sources.local import LocalSample
@@ -68,9 +69,12 @@ class SnapshotBuilding(PollState):
         self.trends.record(snap.actors, now)
         actors = {a.actor_id: a for a in data.actors}
         steps = self.timeline.steps(now, snap.actors)
+        training = self.training_view()
+        rollout = self.rollout.view(a.actor_id for a in snap.actors)
+        peaks = verl_peaks(training.metrics, training.last_step) if training is not None else ()
         return replace(snap, steps=steps, work=self.work.summary(self.waiting, actors, snap.actors),
-                       training=self.training_view(), slow_ranks=slow_ranks(steps, snap.actors),
-                       rollout=self.rollout.view(a.actor_id for a in snap.actors))
+                       training=training, slow_ranks=slow_ranks(steps, snap.actors), rollout=rollout,
+                       memory=self.memory.view(steps, snap.actors, rollout, peaks))
 
     def training_view(self) -> TrainingView | None:
         """verl's metrics as read so far (the metrics poller overrides this)."""

@@ -24,3 +24,5 @@ class RolloutLoad:
     gen_tokens_per_s: float | None = None
     read_at: float | None = None
     problem: str | None = None
+    # vLLM's vllm:engine_sleep_state: 0 awake, 1 weights offloaded (sleep level 1), 2 all discarded (level 2)
+    sleep_state: float | None = None

@@ -12,7 +12,9 @@ Names, as the engines emit them (checked in their sources):
   ``vllm:num_requests_waiting``, ``vllm:kv_cache_usage_perc`` (0..1; before 0.11 also, and in older
   releases only, ``vllm:gpu_cache_usage_perc``), counters ``vllm:num_preemptions`` and
   ``vllm:generation_tokens`` (exposed with ``_total``); labels ``model_name`` and ``engine`` (one set per
-  data-parallel engine).
+  data-parallel engine); with sleep mode, ``vllm:engine_sleep_state{sleep_state="awake"|"weights_offloaded"|
+  "discard_all"}``, 1 for the state the engine is in (``vllm/v1/metrics/loggers.py``; read as 0, 1, 2: the
+  sleep level).
 - SGLang 0.5.x (``python/sglang/srt/metrics/collector.py``): gauges ``sglang:num_running_reqs``,
   ``sglang:num_queue_reqs``, ``sglang:token_usage`` (0..1), ``sglang:gen_throughput`` (tokens/s), counters
   ``sglang:num_retracted_requests_total`` (preemptions; older: gauge ``sglang:num_retracted_reqs``) and
@@ -47,7 +49,9 @@ _NAMES: dict[str, tuple[str, str]] = {
     "sglang:gen_throughput": ("sglang", "tps"),
 }
 _MAX_FIELDS = {"kv", "kv_old"}  # the fullest engine's, not a sum
-_PREFIXES = tuple(_NAMES)  # str.startswith on a tuple skips the histograms' thousands of lines in C
+_SLEEP = "vllm:engine_sleep_state"
+_SLEEP_LEVEL = {"awake": 0.0, "weights_offloaded": 1.0, "discard_all": 2.0}
+_PREFIXES = (*_NAMES, _SLEEP)  # str.startswith on a tuple skips the histograms' thousands of lines in C
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +65,7 @@ class EngineMetrics:
     preemptions_total: int | None
     gen_tokens_total: float | None
     gen_tokens_per_s: float | None  # as the engine reports it (SGLang); vLLM: None
+    sleep_state: float | None = None  # vLLM's sleep level: 0 awake, 1 weights offloaded, 2 all discarded
 
 
 def parse_engine_metrics(text: str) -> EngineMetrics | None:
@@ -75,7 +80,15 @@ def parse_engine_metrics(text: str) -> EngineMetrics | None:
             j = line.find(ch)
             if 0 <= j < end:
                 end = j
-        spec = _NAMES.get(line[:end])
+        name = line[:end]
+        if name == _SLEEP:
+            level = _sleep_level(line)
+            if level is not None:
+                # engines in several states (data-parallel): the most awake one's (it holds the most)
+                sleep = vals.get("sleep")
+                vals["sleep"] = level if sleep is None else min(sleep, level)
+            continue
+        spec = _NAMES.get(name)
         if spec is None:
             continue
         rest = line[line.rfind("}") + 1:] if line[end:end + 1] == "{" else line[end:]
@@ -99,7 +112,22 @@ def parse_engine_metrics(text: str) -> EngineMetrics | None:
         return None if v is None else int(v)
 
     return EngineMetrics(engine, count("running", "running_old"), count("waiting", "waiting_old"),
-                         pick("kv", "kv_old"), count("preempt", "preempt_old"), pick("gen"), pick("tps"))
+                         pick("kv", "kv_old"), count("preempt", "preempt_old"), pick("gen"), pick("tps"),
+                         pick("sleep"))
+
+
+def _sleep_level(line: str) -> float | None:
+    """The level of a ``vllm:engine_sleep_state{…,sleep_state="…"} 1.0`` line whose value is 1, else None."""
+    i = line.find('sleep_state="')
+    j = line.rfind("}")
+    if i < 0 or j < i:
+        return None
+    state = line[i + 13:line.find('"', i + 13)]
+    try:
+        on = float(line[j + 1:].split()[0]) >= 0.5
+    except (IndexError, ValueError):
+        return None
+    return _SLEEP_LEVEL.get(state) if on else None
 
 
 # ---------------------------------------------------------------- where it listens

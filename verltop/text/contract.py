@@ -24,10 +24,15 @@ from verltop.model import (
     DoctorReport,
     DumpReport,
     Frame,
+    Headroom,
+    MemoryGrowth,
+    MemoryView,
     Mismatch,
     Node,
     ObjectStoreReport,
+    OomVerdict,
     PendingItem,
+    PhaseMemory,
     ProcRow,
     RankDump,
     RolloutLoad,
@@ -40,6 +45,7 @@ from verltop.model import (
     TrainingView,
 )
 from verltop.text.chains import end_text
+from verltop.text.memory import NO_HISTORY, growth_sentence
 from verltop.text.pending import pending_reason
 from verltop.text.stalls import stall_reason, stall_reasons, stall_target
 from verltop.text.suspects import suspect_reason
@@ -67,7 +73,62 @@ def snapshot_json(s: Snapshot) -> dict[str, Any]:
         "training": None if s.training is None else training_json(s.training),
         "slow_ranks": [slow_rank_json(r) for r in s.slow_ranks],
         "rollout": [rollout_json(r) for r in s.rollout],
+        "memory": None if s.memory is None else memory_json(s.memory),
+        "memory_note": NO_HISTORY if s.memory is None else s.memory.note,
     }
+
+
+def memory_json(m: MemoryView) -> dict[str, Any]:
+    """Memory by phase and rank, growth, headroom, engine holds, OOM verdicts (``memory``)."""
+    return {
+        "by_phase": [phase_memory_json(p) for p in m.by_phase],
+        "growth": [growth_json(g) for g in m.growth],
+        "headroom": [headroom_json(h) for h in m.headroom],
+        "engine_holds": [{"actor_name": h.actor_name, "actor_id": h.actor_id, "phase": h.phase, "gpu_bytes": h.gpu_bytes,
+                          "sleep_state": h.sleep_state, "kv_cache_usage": _round(h.kv_cache_usage, 4)}
+                         for h in m.engine_holds],
+        "oom": [oom_json(o) for o in m.oom],
+        "verl_peaks": {k: _finite(v) for k, v in m.verl_peaks},
+        "note": m.note,
+    }
+
+
+def _who(x: PhaseMemory | MemoryGrowth | Headroom) -> dict[str, Any]:
+    return {"worker_group": x.worker_group, "role": x.role, "rank": x.rank, "actor_name": x.actor_name,
+            "actor_id": x.actor_id}
+
+
+def phase_memory_json(p: PhaseMemory) -> dict[str, Any]:
+    """One rank's memory in one phase of one step (``memory.by_phase[]``); ``samples`` 0: no peak known."""
+    return {**_who(p), "step": p.step, "phase": p.phase, "peak_gpu_bytes": p.peak_gpu_bytes,
+            "peak_rss_bytes": p.peak_rss_bytes, "samples": p.samples, "start_gpu_bytes": p.start_gpu_bytes,
+            "end_gpu_bytes": p.end_gpu_bytes, "start_rss_bytes": p.start_rss_bytes, "end_rss_bytes": p.end_rss_bytes}
+
+
+def growth_json(g: MemoryGrowth) -> dict[str, Any]:
+    """A phase that keeps memory step after step (``memory.growth[]``)."""
+    return {**_who(g), "phase": g.phase, "kind": g.kind, "bytes_per_step": round(g.bytes_per_step),
+            "steps": g.steps,
+            "peers_bytes_per_step": None if g.peers_bytes_per_step is None else round(g.peers_bytes_per_step),
+            "detail": growth_sentence(g)}
+
+
+def headroom_json(h: Headroom) -> dict[str, Any]:
+    """A rank's peak against the limit that would kill it (``memory.headroom[]``)."""
+    return {**_who(h), "kind": h.kind, "peak_bytes": h.peak_bytes, "limit_bytes": h.limit_bytes,
+            "limit_source": h.limit_source, "steps_to_limit": _round(h.steps_to_limit, 1),
+            "free_fraction": _round(h.free_fraction, 4)}
+
+
+def oom_json(o: OomVerdict) -> dict[str, Any]:
+    """A rank that ran out of memory (``memory.oom[]``), with its lead-up."""
+    return {"worker_group": o.worker_group, "role": o.role, "rank": o.rank, "actor_name": o.actor_name,
+            "actor_id": o.actor_id, "pid": o.pid, "kind": o.kind, "how": o.how, "at": o.at, "step": o.step,
+            "phase": o.phase, "method": o.method, "message": o.message,
+            "lead_up": [phase_memory_json(p) for p in o.lead_up],
+            "growth": None if o.growth is None else growth_json(o.growth),
+            "peers_peak_bytes": [{"rank": r, "peak_bytes": b} for r, b in o.peers_peak_bytes],
+            "top_processes": [{"pid": p, "name": n, "bytes": b} for p, n, b in o.top_processes]}
 
 
 def rollout_json(r: RolloutLoad) -> dict[str, Any]:
