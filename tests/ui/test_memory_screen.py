@@ -110,8 +110,8 @@ async def test_memory_screen_rows_and_findings(size):
         assert t.get_cell("a1|update_actor", "rss").plain == "3.3G"
         flat = " ".join(pilot.app.screen.query_one(MemoryFindings)._shown.plain.split())
         assert "OOM rank 2 of actor_rollout ran out of GPU memory in update_actor at step 10" in flat
-        assert "rank 1 of actor_rollout: +150 MiB per step of host memory in update_actor over 7 steps; peers flat" in flat
-        assert "9 steps left at its growth" in flat
+        assert "GROWS rank 1 of wgA: +150 MiB host per step in update_actor over 7 steps; peers flat" in flat
+        assert "LOW rank 1 of wgA: host peak 3.3 GiB of 21.7 GiB" in flat and "full in 9 steps at its growth" in flat
         assert "vllm_server_0_0 holds 12.0 GiB of GPU memory during update_actor (asleep; KV cache 0%)" in flat
         assert "actor/perf/max_memory_allocated_gb 41.23 GB — lifetime peak, max over ranks" in flat
         # the cursor stays on its row while a new snapshot updates the cells in place
@@ -122,6 +122,16 @@ async def test_memory_screen_rows_and_findings(size):
         assert t.cursor_row == before and t.row_count == 16
         await pilot.press("escape")
         assert pilot.app.screen.__class__.__name__ == "MainScreen"
+
+
+def test_main_screen_marks_low_headroom_and_growth():
+    from verltop.text.memory_rows import memory_marks
+
+    marks = memory_marks(memory_view())
+    assert marks == {"a1": "host full in 9 steps", "a2": "GPU 1% free"}
+    v = replace(memory_view(), headroom=())
+    assert memory_marks(v) == {"a1": "host +150 MiB/step update_actor"}
+    assert memory_marks(None) == {}
 
 
 async def test_memory_screen_without_history_says_why():

@@ -6,11 +6,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from verltop.model import EngineHold, Headroom, MemoryGrowth, OomVerdict, PhaseMemory, TrainingView
+from verltop.analysis.memory_view import low_headroom
+from verltop.model import (
+    EngineHold,
+    Headroom,
+    MemoryGrowth,
+    MemoryView,
+    OomVerdict,
+    PhaseMemory,
+    TrainingView,
+)
 from verltop.text.cells import size
+from verltop.text.memory import growth_sentence, headroom_mark, headroom_sentence
 
 MIB = 1 << 20
-FLAT_BYTES = 8 * MIB  # peers under this per step read "flat"
 LIMIT_TEXT = {"gpu_total": "the GPU's total less other processes on it",
               "ray_memory_threshold": "the node's memory at Ray's memory-monitor threshold",
               "cgroup": "the container's memory limit"}
@@ -39,37 +48,18 @@ def mib(n: float | None, signed: bool = False) -> str:
     return f"{sign}{a / (1 << 30):.1f} GiB" if a >= 1 << 30 else f"{sign}{a / MIB:.0f} MiB"
 
 
-def peers_text(g: MemoryGrowth) -> str:
-    if g.peers_bytes_per_step is None:
-        return "no peers to compare"
-    if abs(g.peers_bytes_per_step) < FLAT_BYTES:
-        return "peers flat"
-    return f"peers {mib(g.peers_bytes_per_step, True)} per step"
-
-
 def growth_text(g: MemoryGrowth) -> str:
-    """``rank 1 of actor_rollout: +150 MiB per step of host memory in update_actor over 7 steps; peers flat``."""
-    kind = "GPU memory" if g.kind == "gpu" else "host memory"
-    return (f"{who(g.worker_group, g.role, g.rank, g.actor_name)}: {mib(g.bytes_per_step, True)} per step of {kind} "
-            f"in {g.phase} over {g.steps} steps; {peers_text(g)}")
-
-
-def steps_left_text(s: float | None) -> str:
-    if s is None:
-        return "not growing"
-    if s < 1:
-        return "less than a step left"
-    return f"{s:.0f} steps left at its growth"
+    """``rank 1 of actor_rollout: +150 MiB host per step in update_actor over 7 steps; peers flat``."""
+    return growth_sentence(g)
 
 
 def headroom_text(h: Headroom) -> str:
-    """``rank 1 of actor_rollout, host: peak 3.2 GiB of 21.7 GiB (85% free; the node's memory at Ray's
-    memory-monitor threshold), 12 steps left at its growth``."""
-    free = h.free_fraction
-    lim = LIMIT_TEXT.get(h.limit_source or "", "limit unknown")
-    share = f"{100 * free:.0f}% free; " if free is not None else ""
-    return (f"{who(h.worker_group, h.role, h.rank, h.actor_name)}, {'GPU' if h.kind == 'gpu' else 'host'}: peak "
-            f"{mib(h.peak_bytes)} of {mib(h.limit_bytes)} ({share}{lim}), {steps_left_text(h.steps_to_limit)}")
+    """The rank's peak against its limit and the steps left (``text.memory.headroom_sentence``), and when
+    it does not grow, how much is free."""
+    s = headroom_sentence(h)
+    if h.steps_to_limit is None and h.free_fraction is not None:
+        s += f"; {100 * h.free_fraction:.0f}% free, not growing"
+    return s
 
 
 def low(h: Headroom, steps_left: float = 10.0, free_below: float = 0.05) -> bool:
@@ -128,3 +118,16 @@ def verl_peak_text(key: str, value: float) -> str:
     what = ("the node's used memory (psutil), not the process" if key.endswith("cpu_memory_used_gb")
             else "lifetime peak, max over ranks")
     return f"{key} {value:.2f} GB — {what}"
+
+
+def memory_marks(v: MemoryView | None) -> dict[str, str]:
+    """The main screen's mark per actor id: its headroom when low (``GPU full in 6 steps``, ``host 3% free``),
+    else what grows (``host +150 MiB/step update_actor``)."""
+    if v is None:
+        return {}
+    out = {aid: headroom_mark(h) for aid, h in low_headroom(v).items()}
+    for g in sorted(v.growth, key=lambda g: -g.bytes_per_step):
+        out.setdefault(g.actor_id, f"{'GPU' if g.kind == 'gpu' else 'host'} {mib(g.bytes_per_step, True)}/step "
+                                   f"{g.phase}")
+    return out
+
