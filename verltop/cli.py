@@ -150,6 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="what hangs after --hang-after steps: a trainer rank in update_actor (default), TP worker 1 "
                    "of the rollout server in its weight load, or a reward sandbox that never returns; the keys H "
                    "and T hang a rank or TP worker 1 at any time")
+    m.add_argument("--leak", action="store_true",
+                   help="one rank of actor_rollout keeps more host memory after every update_actor (--leak-mib "
+                   "per step, up to 1 GiB, then it stops growing): the memory screen (m) flags it with its phase "
+                   "within a few steps")
+    m.add_argument("--leak-rank", type=int, default=1, metavar="R", help="which actor rank leaks (default 1)")
+    m.add_argument("--leak-mib", type=int, default=64, metavar="MIB", help="MiB kept per step (default 64)")
     m.add_argument("--no-tui", action="store_true", help="leave the job running for other tools; Ctrl-C ends it")
     m.add_argument("--record", metavar="FILE", default=argparse.SUPPRESS, help="record the TUI session into FILE")
     cli_watch.add_watch(sub, _shared)
@@ -435,13 +441,25 @@ def _demo(args: argparse.Namespace) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _stop)
+    leak = None
+    if args.leak:
+        from verltop.demo.cluster import LEAK_CAP_MIB
+
+        if not 0 <= args.leak_rank < 4:
+            raise UserError("--leak-rank must be a rank of the 4-rank actor_rollout group (0..3)")
+        if not 0 < args.leak_mib <= LEAK_CAP_MIB:
+            raise UserError(f"--leak-mib must be 1..{LEAK_CAP_MIB}")
+        leak = {"rank": args.leak_rank, "mib": args.leak_mib, "cap_mib": LEAK_CAP_MIB}
     print("verltop demo: starting a local Ray cluster and a small verl PPO job (CPU, gloo)…", file=sys.stderr)
     hang_after = args.hang_after if args.hang_after > 0 else None
     handle = start_demo(hang_after=hang_after, hang_rank=args.hang_rank, hang_target=args.hang,
-                        dashboard_port=dashboard_port_for_cli())
+                        dashboard_port=dashboard_port_for_cli(), leak=leak)
     try:
         if handle.token:
             os.environ["RAY_AUTH_TOKEN"] = handle.token
+        if leak:
+            print(f"verltop demo: rank {leak['rank']} of actor_rollout keeps +{leak['mib']} MiB of host memory after "
+                  f"every update_actor, up to {leak['cap_mib'] // 1024} GiB (then it stops growing)", file=sys.stderr)
         if args.no_tui:
             print(f"dashboard: {handle.address}\nrun `verltop` (or `verltop snapshot`, `dump`, `doctor`, `watch DIR`) "
                   "in another shell as the same user: it finds this dashboard and its token by itself; Ctrl-C "
