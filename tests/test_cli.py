@@ -33,7 +33,7 @@ def test_snapshot_json_contract(replay):
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
     assert set(doc) == {"taken_at", "source", "nodes", "actors", "phase", "orphans", "pending", "steps", "training",
-                        "slow_ranks", "rollout"}
+                        "slow_ranks", "rollout", "memory", "memory_note"}
     assert doc["orphans"] is None  # --no-local and no probe: no node's processes were read
     assert set(doc["source"]) == {"address", "age_s", "errors"}
     assert doc["pending"] == [] and doc["source"]["errors"] == []
