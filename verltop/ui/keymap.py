@@ -133,7 +133,7 @@ OBJECT_STORE = [
     Binding("r", "again", "Read again", tooltip="read the object store again (asks every raylet)", id="objects-again"),
     Binding("j", "down", "Down", show=False, tooltip="move down", id="down"),
     Binding("k", "up", "Up", show=False, tooltip="move up", id="up"),
-    Binding("q", "back", "Back", show=False, tooltip="back", id="back-q"),
+    Binding("q", "back", "Back", show=False, tooltip="back (a read still running is cancelled)", id="back-q"),
 ]
 
 HEALTH = [
