@@ -37,13 +37,17 @@ class Episode:
 
 
 class ActorBook:
-    __slots__ = ("cache", "eps", "first_step", "version")
+    __slots__ = ("cache", "eps", "last_key", "reset", "touched", "version")
 
     def __init__(self) -> None:
         self.eps: dict[str, Episode] = {}  # in the order they began
         self.version = 0
-        self.first_step: int | None = None  # the first step it was seen in (its warm-up counts from there)
-        self.cache: tuple | None = None  # memory_view's per-actor result
+        # episodes booked since the view last looked (it works out only those): the last one booked, and the
+        # ones before it (a set kept small: consecutive samples of one call add it once)
+        self.touched: set[str] = set()
+        self.last_key: str | None = None
+        self.reset = False  # set: the view works this actor out afresh
+        self.cache: object = None  # memory_view's per-actor state
 
 
 class MemoryBook:
@@ -53,6 +57,7 @@ class MemoryBook:
         self.max_episodes = max_episodes
         self.actors: dict[str, ActorBook] = {}
         self.samples = 0  # booked so far (tests, the bench)
+        self.row_cache: dict[tuple[str, int], tuple] = {}  # the view's rows per (actor, step), while they hold
 
     def add(self, at: float, samples: Iterable[MemSample]) -> int:
         """Book the samples taken at ``at``. Returns how many were booked."""
@@ -67,7 +72,9 @@ class MemoryBook:
             if ep is None:
                 ep = eps[key] = Episode(key, phase, role, start_s, at)
                 if len(eps) > cap:
-                    del eps[next(iter(eps))]
+                    old = next(iter(eps))
+                    del eps[old]
+                    ab.touched.add(old)  # the view takes it out of its step
             elif at <= ep.last_at:
                 continue  # the same sample twice (a node's report read again)
             else:
@@ -75,6 +82,10 @@ class MemoryBook:
             ep.last_at = at
             ep.n += 1
             ab.version += 1
+            if key != ab.last_key:
+                if ab.last_key is not None:
+                    ab.touched.add(ab.last_key)
+                ab.last_key = key
             n += 1
             if g is not None:
                 if ep.g0 is None:
@@ -100,6 +111,8 @@ class MemoryBook:
         keep = set(actor_ids)
         for aid in [a for a in self.actors if a not in keep]:
             del self.actors[aid]
+        if len(self.row_cache) > 4 * len(keep) * 20 + 1024:
+            self.row_cache.clear()
 
     def drop_before(self, t: float) -> None:
         """Forget episodes that began before ``t`` (the oldest step the timeline keeps)."""
@@ -109,4 +122,5 @@ class MemoryBook:
                 old = [k for k, e in eps.items() if e.start_s < t]
                 for k in old:
                     del eps[k]
+                ab.touched.update(old)  # the view takes them out of their steps
                 ab.version += 1

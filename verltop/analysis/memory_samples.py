@@ -10,13 +10,13 @@ host limit is the node's memory at Ray's memory-monitor threshold less what ever
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from verltop.analysis import roles as R
 from verltop.analysis.memory import MemSample
 from verltop.analysis.memory_view import AMBIENT_ROLES
-from verltop.model import PHASES, Gpu, ProcTree, RawActor, RawTask
+from verltop.model import PHASES, Gpu, ProcStat, ProcTree, RawActor, RawTask
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,25 +29,32 @@ class Calls:
     phase_start: float | None = None
 
 
-def running_calls(tasks: Iterable[RawTask], actors: Mapping[str, RawActor], at: float) -> Calls:
-    """The phase of every running call of a verl worker (``at`` stands in for a start Ray did not give)."""
+def running_calls(tasks: Iterable[RawTask], actors: Mapping[str, RawActor], at: float,
+                  base_of: Callable[[RawActor], str] | None = None) -> Calls:
+    """The phase of every running call of a verl worker (``at`` stands in for a start Ray did not give);
+    ``base_of``: an actor's base role (``roles.identity``'s, cached by the caller)."""
+    base_of = base_of or (lambda a: R.identity(a).base_role)
     own: dict[str, tuple[str, str, str | None, float]] = {}
     starts: dict[str, float] = {}
+    methods: dict[str, tuple[str | None, str | None, str | None]] = {}
     for t in tasks:
         a = actors.get(t.actor_id or "")
         if a is None:
             continue
-        base = R.identity(a).base_role
+        base = base_of(a)
         if base in AMBIENT_ROLES:
             continue
-        method = R.method_of(t.func_name) or t.name
-        phase = R.phase_of_method(method)
+        m = methods.get(t.func_name)
+        if m is None:
+            method = R.method_of(t.func_name) or t.name
+            m = methods[t.func_name] = (method, R.phase_of_method(method), R.split_role(method)[0])
+        phase = m[1]
         if phase is None:
             continue
         start = t.start_time_ms / 1000.0 if t.start_time_ms else at
         cur = own.get(a.actor_id)
         if cur is None or start < cur[3]:
-            own[a.actor_id] = (t.task_id, phase, R.split_role(method)[0] or base, start)
+            own[a.actor_id] = (t.task_id, phase, m[2] or base, start)
         if phase not in starts or start < starts[phase]:
             starts[phase] = start
     if not starts:
@@ -135,30 +142,39 @@ class HostLimit:
 
 
 def samples_of(actors: Iterable[tuple[str, int, str]], calls: Calls, ambient: tuple[str, float] | None,
-               rss: Mapping[int, int | None], kid_rss: Mapping[int, int], table: GpuTable,
+               procs: Mapping[int, ProcStat], kid_rss: Mapping[int, int], table: GpuTable,
                host: HostLimit | None) -> list[MemSample]:
     """One sample per actor ``(actor id, pid, base role)`` that is in a phase; ``ambient``: the job's phase
     and its start for actors with no phase of their own (None: nothing to book them under)."""
     own = calls.own
     amb_key = f"~{ambient[0]}@{ambient[1]:.3f}" if ambient is not None else None
     mine_of = table.mine
+    total, used = table.total, table.used
+    h_cap = int(host.total * host.threshold) - host.used if host is not None else None
+    h_src = host.source if host is not None else None
     out: list[MemSample] = []
+    append = out.append
     for aid, pid, base in actors:
         call = own.get(aid)
         if call is not None:
             key, phase, role, start = call
-        elif base in AMBIENT_ROLES and ambient is not None:
+        elif ambient is not None and base in AMBIENT_ROLES:
             key, phase, role, start = amb_key, ambient[0], base, ambient[1]  # type: ignore[assignment]
         else:
             continue
-        r = rss.get(pid)
-        if r is not None:
+        p = procs.get(pid)
+        r = p.rss_bytes if p is not None else None
+        if r is not None and kid_rss:
             r += kid_rss.get(pid, 0)
         held = mine_of.get(pid)
         g = glim = None
         if held:
-            g = sum(held.values())
-            glim = table.limit(held)
-        hlim = host.left_for(r) if host is not None and r is not None else None
-        out.append((aid, key, phase, role, start, g, r, glim, hlim, host.source if host is not None else None))
+            if len(held) == 1:
+                (i, g), = held.items()
+                t = total.get(i)
+                glim = None if t is None else t - used[i] + g
+            else:
+                g = sum(held.values())
+                glim = table.limit(held)
+        append((aid, key, phase, role, start, g, r, glim, None if h_cap is None or r is None else h_cap + r, h_src))
     return out

@@ -38,6 +38,7 @@ from verltop.model import (
 
 MIB = 1 << 20
 SLACK_S = 0.5
+FREEZE_AFTER = 2  # steps: older ones keep their entries, not their episodes (their bounds no longer move)
 # roles whose memory is booked under the job's running phase: they have no phase of their own
 AMBIENT_ROLES = frozenset({"controller", "rollout_server", "agent_loop", "reward_loop", "other"})
 TRAINER_PHASES = frozenset({"old_log_prob", "ref", "values", "update_critic", "update_actor", "weight_sync", "save"})
@@ -51,16 +52,17 @@ class MemorySettings:
     limit_share: float = 0.01
     keep_steps: int = 20
     max_by_phase: int = 8192  # rows of by_phase at most (a large job shows fewer steps)
+    live_actors: int = 128  # up to this many actors, the running phase's rows show while it runs
 
 
 class _Agg:
     """One (step, phase) of one actor: its episodes merged."""
 
-    __slots__ = ("done", "first_at", "g0", "g1", "g_lim", "g_margin", "g_val", "gpk", "h_lim", "h_margin", "h_src",
+    __slots__ = ("first_at", "g0", "g1", "g_lim", "g_margin", "g_val", "gpk", "h_lim", "h_margin", "h_src",
                  "h_val", "last_at", "n", "phase", "r0", "r1", "role", "rpk", "step")
 
-    def __init__(self, step: int, phase: str, role: str | None, done: bool) -> None:
-        self.step, self.phase, self.role, self.done = step, phase, role, done
+    def __init__(self, step: int, phase: str, role: str | None) -> None:
+        self.step, self.phase, self.role = step, phase, role
         self.first_at = self.last_at = 0.0
         self.n = 0
         self.g0 = self.g1 = self.gpk = self.r0 = self.r1 = self.rpk = None
@@ -79,17 +81,17 @@ class _Series:
 
 
 class _Window:
-    """The steps the entries are put in."""
+    """The steps the entries are put in: each step's bounds (its start, the next one's)."""
 
     def __init__(self, steps: Sequence[Step]) -> None:
         self.starts = [s.started_at for s in steps]
         self.index = [s.index for s in steps]
+        self.bounds = {s.index: (s.started_at, steps[i + 1].started_at if i + 1 < len(steps) else None)
+                       for i, s in enumerate(steps)}
         last = steps[-1] if steps else None
         self.running = last.index if last is not None and last.running else None
         self.open = {r.phase for r in last.runs if r.end_s is None} if last is not None and last.running else set()
         self.ran = {r.phase for r in last.runs} if last is not None else set()
-        self.key = (tuple(self.index[:1]), tuple(self.starts[:1]), tuple(self.index[-1:]), tuple(self.starts[-1:]),
-                    len(steps), tuple(sorted(self.open)))
 
     def step_of(self, t: float) -> int | None:
         # a start estimated from the polls may fall up to half a poll before the step's exact start
@@ -100,17 +102,17 @@ class _Window:
         return step != self.running or (phase in self.ran and phase not in self.open)
 
 
-def _aggregate(ab: ActorBook, w: _Window) -> list[_Agg]:
-    out: dict[tuple[int, str], _Agg] = {}
-    for e in ab.eps.values():
-        if e.n == 0:
+def _merge(ab: ActorBook, keys: Iterable[str], step: int) -> list[_Agg]:
+    """The entries of one step of one actor (its episodes there, merged by phase), in the order they began."""
+    out: dict[str, _Agg] = {}
+    eps = ab.eps
+    for k in keys:
+        e = eps.get(k)
+        if e is None or e.n == 0:
             continue
-        step = w.step_of(e.start_s)
-        if step is None:
-            continue
-        a = out.get((step, e.phase))
+        a = out.get(e.phase)
         if a is None:
-            a = out[(step, e.phase)] = _Agg(step, e.phase, e.role, w.done(step, e.phase))
+            a = out[e.phase] = _Agg(step, e.phase, e.role)
             a.first_at, a.g0, a.r0 = e.first_at, e.g0, e.r0
         elif e.first_at < a.first_at:
             a.first_at, a.g0, a.r0 = e.first_at, e.g0 if e.g0 is not None else a.g0, e.r0 if e.r0 is not None else a.r0
@@ -127,7 +129,115 @@ def _aggregate(ab: ActorBook, w: _Window) -> list[_Agg]:
             a.g_margin, a.g_val, a.g_lim = e.g_margin, e.g_val, e.g_lim
         if e.h_margin is not None and (a.h_margin is None or e.h_margin < a.h_margin):
             a.h_margin, a.h_val, a.h_lim, a.h_src = e.h_margin, e.h_val, e.h_lim, e.h_src
-    return sorted(out.values(), key=lambda a: (a.first_at, a.step))
+    return sorted(out.values(), key=lambda a: a.first_at)
+
+
+class _ActorView:
+    """What the view keeps of one actor between snapshots: which step each episode is in, each step's entries
+    and rows, and what its finished steps say (series, tightest samples). A snapshot works out only the steps
+    whose episodes were booked since, or whose bounds moved (a new step: the one before it). Steps more than
+    ``FREEZE_AFTER`` steps old are frozen: their entries stay, their episodes leave the book (memory)."""
+
+    __slots__ = (
+        "aggs",
+        "bounds",
+        "done_key",
+        "first_step",
+        "frozen",
+        "gen",
+        "hr",
+        "members",
+        "seen",
+        "series",
+        "step_gen",
+        "step_tight",
+        "tight",
+        "where",
+        "who",
+    )
+
+    def __init__(self) -> None:
+        self.bounds: dict[int, tuple[float, float | None]] = {}
+        self.members: dict[int, dict[str, None]] = {}
+        self.where: dict[str, int] = {}
+        self.aggs: dict[int, list[_Agg]] = {}
+        self.step_gen: dict[int, int] = {}  # bumped when a step's entries change (the rows cached for it go stale)
+        self.first_step: int | None = None  # the first step it was seen in (its warm-up counts from there)
+        self.done_key: tuple | None = None  # what the finished steps' results were worked out from
+        self.series: list[_Series] = []
+        self.tight: dict[str, tuple] = {}  # kind -> (margin, value, limit, source, peak) over finished steps
+        self.step_tight: dict[int, dict[str, tuple]] = {}  # the same, per step
+        self.who: tuple | None = None
+        self.frozen: set[int] = set()
+        self.seen = -1  # the book's version of the actor when last refreshed
+        self.gen = 0  # bumped whenever an entry changes
+        self.hr: tuple | None = None  # (key, headroom rows)
+
+    def refresh(self, ab: ActorBook, w: _Window) -> set[int]:
+        """Bring the entries up to date with the book; returns the steps whose entries changed."""
+        if ab.reset:
+            ab.reset = False
+            self.bounds, self.members, self.where, self.aggs, self.step_tight = {}, {}, {}, {}, {}
+            self.frozen = set()
+            ab.touched = set(ab.eps)
+        if ab.version == self.seen and not ab.touched and self.bounds == w.bounds:
+            return set()  # nothing booked, no step moved
+        frozen = self.frozen
+        moved = ({i for i, b in w.bounds.items() if self.bounds.get(i) != b and i not in frozen}
+                 | (set(self.bounds) - set(w.bounds)))
+        remap = ab.touched
+        ab.touched = set()
+        if ab.last_key is not None and ab.version != self.seen:
+            remap.add(ab.last_key)
+        self.seen = ab.version
+        for i in moved:
+            remap.update(self.members.pop(i, ()))
+        dirty = set(moved)
+        eps = ab.eps
+        for k in remap:
+            e = eps.get(k)
+            st = w.step_of(e.start_s) if e is not None else None
+            old = self.where.get(k)
+            if old is not None and old != st:
+                m = self.members.get(old)
+                if m is not None:
+                    m.pop(k, None)
+                dirty.add(old)
+            if st is None or st in frozen:
+                self.where.pop(k, None)
+                continue
+            self.members.setdefault(st, {})[k] = None
+            self.where[k] = st
+            dirty.add(st)
+        for i in dirty:
+            if i in frozen and i in w.bounds:
+                continue
+            if i in w.bounds and self.members.get(i):
+                self.aggs[i] = _merge(ab, self.members[i], i)
+            else:
+                self.aggs.pop(i, None)
+            self.step_gen[i] = self.step_gen.get(i, 0) + 1
+            self.step_tight.pop(i, None)
+        for i in [i for i in self.aggs if i not in w.bounds]:
+            del self.aggs[i]
+        for i in [i for i in self.step_tight if i not in self.aggs]:
+            del self.step_tight[i]
+        frozen &= set(w.bounds)
+        if w.index:
+            for i in [i for i in self.members if i < w.index[-1] - FREEZE_AFTER and i != w.running]:
+                for k in self.members.pop(i):
+                    ab.eps.pop(k, None)
+                    self.where.pop(k, None)
+                frozen.add(i)
+        self.bounds = dict(w.bounds)
+        if self.first_step is None and self.aggs:
+            self.first_step = min(self.aggs)
+        if dirty:
+            self.gen += 1
+        return dirty
+
+    def ordered(self) -> list[_Agg]:
+        return [a for i in sorted(self.aggs) for a in self.aggs[i]]
 
 
 def median(xs: Sequence[float]) -> float:
@@ -143,74 +253,125 @@ def theil_sen(xs: Sequence[float], ys: Sequence[float]) -> float | None:
     return median(slopes) if slopes else None
 
 
-def _series(aggs: list[_Agg], first_step: int, st: MemorySettings, limits: dict[str, int | None]) -> list[_Series]:
+def _series(aggs: list[_Agg], first_step: int, running: int | None, st: MemorySettings,
+            limits: dict[str, int | None]) -> list[_Series]:
     """Each (phase, kind)'s kept memory over the actor's finished steps past warm-up."""
+    kept: dict[tuple[str, str], list[tuple[int, float, int]]] = {}
+    prev_g = prev_r = None
+    since = first_step + st.warmup_steps
+    for a in aggs:
+        use = a.step != running and a.step >= since
+        g, r = a.g1, a.r1
+        if g is not None:
+            if prev_g is not None and use:
+                kept.setdefault((a.phase, "gpu"), []).append((a.step, g - prev_g, g))
+            prev_g = g
+        if r is not None:
+            if prev_r is not None and use:
+                kept.setdefault((a.phase, "host"), []).append((a.step, r - prev_r, r))
+            prev_r = r
     out = []
-    for kind, end_of in (("gpu", lambda a: a.g1), ("host", lambda a: a.r1)):
-        kept: dict[str, list[tuple[int, float, int]]] = {}
-        prev = None
-        for a in aggs:
-            end = end_of(a)
-            if end is None:
-                continue
-            if prev is not None and a.done and a.step >= first_step + st.warmup_steps:
-                kept.setdefault(a.phase, []).append((a.step, end - prev, end))
-            prev = end
-        for phase, rows in kept.items():
-            rows = rows[-st.keep_steps:]
-            n = len(rows)
-            if n < st.min_steps:
-                out.append(_Series(phase, kind, n, None, False))
-                continue
-            ks = [k for _, k, _ in rows]
-            rate = median(ks)
-            limit = limits.get(kind)
-            material = rate >= st.min_bytes or (limit is not None and limit > 0 and rate >= st.limit_share * limit)
-            grows = False
-            if material and sum(k > rate / 4 for k in ks) >= 0.75 * n:
-                slope = theil_sen([s for s, _, _ in rows], [e for _, _, e in rows])
-                grows = slope is not None and slope >= rate / 2
-            out.append(_Series(phase, kind, n, rate, grows))
+    for (phase, kind), rows in kept.items():
+        rows = rows[-st.keep_steps:]
+        n = len(rows)
+        if n < st.min_steps:
+            out.append(_Series(phase, kind, n, None, False))
+            continue
+        ks = [k for _, k, _ in rows]
+        rate = median(ks)
+        limit = limits.get(kind)
+        material = rate >= st.min_bytes or (limit is not None and limit > 0 and rate >= st.limit_share * limit)
+        grows = False
+        if material and sum(k > rate / 4 for k in ks) >= 0.75 * n:
+            slope = theil_sen([s for s, _, _ in rows], [e for _, _, e in rows])
+            grows = slope is not None and slope >= rate / 2
+        out.append(_Series(phase, kind, n, rate, grows))
+    out.sort(key=lambda x: (x.kind, x.phase))
+    return out
+
+
+def _tight(aggs: Iterable[_Agg]) -> dict[str, tuple]:
+    """Per kind: (margin, value, limit, source) of the sample nearest the limit, and the peak."""
+    out: dict[str, list] = {}
+    for a in aggs:
+        for kind, margin, val, lim, src, pk in (("gpu", a.g_margin, a.g_val, a.g_lim, "gpu_total", a.gpk),
+                                                ("host", a.h_margin, a.h_val, a.h_lim, a.h_src, a.rpk)):
+            cur = out.get(kind)
+            if cur is None:
+                if pk is None and margin is None:
+                    continue
+                cur = out[kind] = [None, None, None, None, None]
+            if margin is not None and (cur[0] is None or margin < cur[0]):
+                cur[0], cur[1], cur[2], cur[3] = margin, val, lim, src
+            if pk is not None and (cur[4] is None or pk > cur[4]):
+                cur[4] = pk
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def _join_tight(a: dict[str, tuple], b: dict[str, tuple]) -> dict[str, tuple]:
+    out = dict(a)
+    for k, v in b.items():
+        cur = out.get(k)
+        if cur is None:
+            out[k] = v
+            continue
+        m = v if v[0] is not None and (cur[0] is None or v[0] < cur[0]) else cur
+        pk = max((x for x in (cur[4], v[4]) if x is not None), default=None)
+        out[k] = (m[0], m[1], m[2], m[3], pk)
     return out
 
 
 def memory_view(book: MemoryBook, steps: Sequence[Step], rows: Iterable[ActorRow],
                 rollout: Mapping[str, RolloutLoad] | None = None, st: MemorySettings | None = None,
                 verl_peaks: tuple[tuple[str, float], ...] = ()) -> MemoryView:
-    """The view of the book at the timeline's ``steps`` (oldest first), for the actors in ``rows``."""
+    """The view of the book at the timeline's ``steps`` (oldest first), for the actors in ``rows``. Works out
+    only what changed since the last view of the same book (per actor, per step)."""
     st = st or MemorySettings()
     steps = list(steps)[-st.keep_steps:]
     if not steps:
         return MemoryView(verl_peaks=verl_peaks, note="no training step seen yet")
     w = _Window(steps)
     row_of = {r.actor_id: r for r in rows}
-    per_actor: list[tuple[ActorRow, list[_Agg], list[_Series]]] = []
+    per_actor: list[tuple[ActorRow, _ActorView]] = []
     for aid, ab in book.actors.items():
         row = row_of.get(aid)
         if row is None:
             continue
-        c = ab.cache
-        if c is None or c[0] != ab.version or c[1] != w.key:
-            aggs = _aggregate(ab, w)
-            if aggs and ab.first_step is None:
-                ab.first_step = aggs[0].step
-            limits = _limits(aggs)
-            series = _series(aggs, ab.first_step if ab.first_step is not None else 0, st, limits)
-            c = ab.cache = (ab.version, w.key, aggs, series)
-        if c[2]:
-            per_actor.append((row, c[2], c[3]))
+        av = ab.cache if isinstance(ab.cache, _ActorView) else None
+        if av is None:
+            av = ab.cache = _ActorView()
+        who = (row.worker_group, row.role, row.rank, row.actor_name)
+        if who != av.who:
+            av.who = who
+        dirty = av.refresh(ab, w)
+        done_key = (w.running, av.first_step)
+        if done_key != av.done_key or any(i != w.running for i in dirty):
+            av.done_key = done_key
+            tight: dict[str, tuple] = {}
+            for i in sorted(av.aggs):
+                if i != w.running:
+                    t = av.step_tight.get(i)
+                    if t is None:
+                        t = av.step_tight[i] = _tight(av.aggs[i])
+                    tight = _join_tight(tight, t)
+            av.tight = tight
+            limits = {k: v[2] for k, v in av.tight.items()}
+            av.series = _series(av.ordered(), av.first_step if av.first_step is not None else 0, w.running, st,
+                                limits)
+        if av.aggs:
+            per_actor.append((row, av))
 
     # peers: the median rate of the other ranks of the group in the same phase and kind
     rates: dict[tuple[str, str, str], list[tuple[str, float]]] = {}
-    for row, _, series in per_actor:
+    for row, av in per_actor:
         g = _group(row)
-        for s in series:
+        for s in av.series:
             if s.rate is not None:
                 rates.setdefault((g, s.phase, s.kind), []).append((row.actor_id, s.rate))
     growth: list[MemoryGrowth] = []
     rate_of: dict[tuple[str, str], float] = {}
-    for row, _, series in per_actor:
-        for s in series:
+    for row, av in per_actor:
+        for s in av.series:
             if not s.grows or s.rate is None:
                 continue
             others = [r for aid, r in rates.get((_group(row), s.phase, s.kind), ()) if aid != row.actor_id]
@@ -218,9 +379,17 @@ def memory_view(book: MemoryBook, steps: Sequence[Step], rows: Iterable[ActorRow
                                        s.kind, float(s.rate), s.steps, median(others) if others else None))
             rate_of[(row.actor_id, s.kind)] = rate_of.get((row.actor_id, s.kind), 0.0) + s.rate
 
-    headroom = [h for row, aggs, _ in per_actor for h in _headroom(row, aggs, rate_of)]
+    headroom = []
+    for row, av in per_actor:
+        key = (av.gen, w.running, rate_of.get((row.actor_id, "gpu")), rate_of.get((row.actor_id, "host")), av.who)
+        if av.hr is None or av.hr[0] != key:
+            tight = av.tight
+            if w.running is not None and w.running in av.aggs:
+                tight = _join_tight(tight, _tight(av.aggs[w.running]))
+            av.hr = (key, _headroom(row, tight, rate_of))
+        headroom += av.hr[1]
     headroom.sort(key=lambda h: headroom_order(h.worker_group, h.rank, h.actor_id, h.kind))
-    by_phase = _by_phase(per_actor, steps, row_of.values(), st)
+    by_phase = _by_phase(per_actor, steps, w, row_of.values(), st, book.row_cache)
     holds = _holds(per_actor, row_of.values(), rollout or {})
     growth.sort(key=lambda g: growth_order(g.bytes_per_step, g.actor_id, g.phase, g.kind))
     return MemoryView(by_phase=tuple(by_phase), growth=tuple(growth), headroom=tuple(headroom),
@@ -237,27 +406,18 @@ def _limits(aggs: list[_Agg]) -> dict[str, int | None]:
     return {"gpu": min(g) if g else None, "host": min(h) if h else None}
 
 
-def _headroom(row: ActorRow, aggs: list[_Agg], rate_of: dict[tuple[str, str], float]) -> list[Headroom]:
+def _headroom(row: ActorRow, tight: dict[str, tuple], rate_of: dict[tuple[str, str], float]) -> list[Headroom]:
     out = []
     for kind in ("gpu", "host"):
-        tight = None
-        peak = None
-        for a in aggs:
-            margin = a.g_margin if kind == "gpu" else a.h_margin
-            pk = a.gpk if kind == "gpu" else a.rpk
-            if pk is not None and (peak is None or pk > peak):
-                peak = pk
-            if margin is not None and (tight is None or margin < tight[0]):
-                tight = (margin, a.g_val, a.g_lim, "gpu_total") if kind == "gpu" else (margin, a.h_val, a.h_lim,
-                                                                                        a.h_src)
-        if peak is None:
+        t = tight.get(kind)
+        if t is None or t[4] is None:
             continue
-        rate = rate_of.get((row.actor_id, kind))
-        if tight is None:
+        margin, val, lim, src, peak = t
+        if margin is None:
             out.append(Headroom(row.worker_group, row.role, row.rank, row.actor_name, row.actor_id, kind, peak, None,
                                 None, None))
             continue
-        margin, val, lim, src = tight
+        rate = rate_of.get((row.actor_id, kind))
         left = None if not rate or rate <= 0 else max(0.0, margin / rate)
         out.append(Headroom(row.worker_group, row.role, row.rank, row.actor_name, row.actor_id, kind, val, lim, src,
                             left))
@@ -269,39 +429,59 @@ def _pm(row: ActorRow, a: _Agg) -> PhaseMemory:
                        a.gpk, a.rpk, a.n, a.g0, a.g1, a.r0, a.r1)
 
 
-def _by_phase(per_actor: list[tuple[ActorRow, list[_Agg], list[_Series]]], steps: list[Step],
-              rows: Iterable[ActorRow], st: MemorySettings) -> list[PhaseMemory]:
+def _by_phase(per_actor: list[tuple[ActorRow, _ActorView]], steps: list[Step], w: _Window,
+              rows: Iterable[ActorRow], st: MemorySettings, cache: dict[tuple[str, int], tuple]) -> list[PhaseMemory]:
     """The last steps' entries (as many steps as ``max_by_phase`` rows allow, at least two), with an entry of
-    no samples for each rank whose group ran a phase that no sample of it fell in."""
-    by_step: dict[int, list[PhaseMemory]] = {}
-    have: set[tuple[str, int, str]] = set()
-    for row, aggs, _ in per_actor:
-        for a in aggs:
-            by_step.setdefault(a.step, []).append(_pm(row, a))
-            have.add((row.actor_id, a.step, a.phase))
-    members: dict[str, list[ActorRow]] = {}
+    no samples for each rank whose group ran a phase that no sample of it fell in. The running step's
+    phases show once they end (on a job of at most ``live_actors`` actors, while they run too). ``cache``
+    keeps each (actor, step)'s rows while nothing of them changes."""
+    live = len(per_actor) <= st.live_actors
+    booked = {row.actor_id for row, _ in per_actor}
+    everyone: list[tuple[ActorRow, _ActorView | None]] = [*per_actor]
     for r in rows:
-        if r.state == "ALIVE" and r.role not in AMBIENT_ROLES:
-            members.setdefault(_group(r), []).append(r)
-    out: list[list[PhaseMemory]] = []
+        if r.actor_id not in booked and r.state == "ALIVE" and r.role not in AMBIENT_ROLES:
+            everyone.append((r, None))  # no sample of it yet: its phases say so
+    everyone.sort(key=lambda ra: (ra[0].worker_group or "", ra[0].rank if ra[0].rank is not None else 1 << 30,
+                                  ra[0].actor_id))
+    chunks: list[list[PhaseMemory]] = []
     total = 0
     for s in reversed(steps):
-        got = list(by_step.get(s.index, ()))
+        i = s.index
+        ran: dict[str, frozenset[str]] = {}
         for run in s.runs:
-            if run.phase == "other":
+            if run.phase != "other" and (i != w.running or live or w.done(i, run.phase)):
+                ran[run.group] = ran.get(run.group, frozenset()) | {run.phase}
+        shown = frozenset(p for p in PHASES if i != w.running or live or w.done(i, p))
+        got: list[PhaseMemory] = []
+        for row, av in everyone:
+            missing = ran.get(_group(row), frozenset()) if row.role not in AMBIENT_ROLES else frozenset()
+            key = (av.step_gen.get(i, 0), av.who, missing, shown) if av is not None else (row.worker_group, row.role,
+                                                                                       row.rank, missing, shown)
+            hit = cache.get((row.actor_id, i))
+            if hit is not None and hit[0] == key:
+                got += hit[1]
                 continue
-            for r in members.get(run.group, ()):
-                if (r.actor_id, s.index, run.phase) not in have:
-                    have.add((r.actor_id, s.index, run.phase))
-                    got.append(PhaseMemory(r.worker_group, r.role, r.rank, r.actor_name, r.actor_id, s.index,
-                                           run.phase, None, None, 0))
-        if out and len(out) >= 2 and total + len(got) > st.max_by_phase:
+            mine: list[PhaseMemory] = []
+            if av is not None:
+                mine = [_pm(row, a) for a in av.aggs.get(i, ()) if a.phase in shown]
+            have = {p.phase for p in mine}
+            mine += [_none(row, i, ph) for ph in missing if ph not in have]
+            mine.sort(key=_phase_index)
+            cache[(row.actor_id, i)] = (key, mine)
+            got += mine
+        if len(chunks) >= 2 and total + len(got) > st.max_by_phase:
             break
-        out.append(got)
+        chunks.append(got)
         total += len(got)
-    flat = [p for chunk in reversed(out) for p in chunk]
-    flat.sort(key=lambda p: phase_order(p.step, p.worker_group, p.rank, p.actor_id, p.phase))
-    return flat
+    return [p for chunk in reversed(chunks) for p in chunk]
+
+
+def _phase_index(p: PhaseMemory) -> int:
+    return PHASES.index(p.phase) if p.phase in PHASES else len(PHASES)
+
+
+def _none(r: ActorRow, step: int, phase: str) -> PhaseMemory:
+    return PhaseMemory(r.worker_group, r.role, r.rank, r.actor_name, r.actor_id, step, phase, None, None, 0)
 
 
 # The orders of the view's lists (a recording's delta rebuilds them in the same order from stored rows).
@@ -318,18 +498,18 @@ def headroom_order(group: str | None, rank: int | None, actor_id: str, kind: str
     return (group or "", rank if rank is not None else 1 << 30, actor_id, kind)
 
 
-def _holds(per_actor: list[tuple[ActorRow, list[_Agg], list[_Series]]], rows: Iterable[ActorRow],
+def _holds(per_actor: list[tuple[ActorRow, _ActorView]], rows: Iterable[ActorRow],
            rollout: Mapping[str, RolloutLoad]) -> list[EngineHold]:
     """Colocated rollout servers (a GPU shared with a trainer rank): the GPU memory they held in each trainer
     phase of the latest step that ran it."""
     trainer_gpus = {(r.node_id, r.gpu_index) for r in rows
                     if r.gpu_index is not None and r.role not in AMBIENT_ROLES and r.state == "ALIVE"}
     out = []
-    for row, aggs, _ in per_actor:
+    for row, av in per_actor:
         if row.role != "rollout_server" or (row.node_id, row.gpu_index) not in trainer_gpus:
             continue
         last: dict[str, _Agg] = {}
-        for a in aggs:
+        for a in av.ordered():
             if a.phase in TRAINER_PHASES and a.gpk is not None:
                 last[a.phase] = a
         load = rollout.get(row.actor_id)

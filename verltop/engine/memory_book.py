@@ -36,6 +36,17 @@ class MemoryWatch:
         self._idle_since: float | None = None  # no worker-group call ran since then ("other")
         self._tree: tuple[int, dict[int, int], dict[int, int]] | None = None  # (id of tree, root_of, kids' RSS)
         self.last_feed_ms = 0.0
+        self._base: dict[str, tuple[RawActor, str]] = {}  # actor id -> (the row it was worked out of, base role)
+
+    def base_of(self, a: RawActor) -> str:
+        hit = self._base.get(a.actor_id)
+        if hit is not None and hit[0] is a:
+            return hit[1]
+        if len(self._base) > 65536:
+            self._base.clear()
+        base = R.identity(a).base_role
+        self._base[a.actor_id] = (a, base)
+        return base
 
     def calls(self, tasks: list[RawTask] | None, actors: Mapping[str, RawActor], at: float) -> Calls:
         """The running calls' phases (computed once per tasks list: tasks are polled every 2 s, processes
@@ -43,7 +54,7 @@ class MemoryWatch:
         tasks = tasks or []
         c = self._calls
         if c is None or c[0] != id(tasks) or c[1] != len(tasks):
-            c = self._calls = (id(tasks), len(tasks), running_calls(tasks, actors, at))
+            c = self._calls = (id(tasks), len(tasks), running_calls(tasks, actors, at, self.base_of))
         return c[2]
 
     def _ambient(self, calls: Calls, at: float) -> tuple[str, float]:
@@ -74,9 +85,9 @@ class MemoryWatch:
         root_of, kid_rss = self._tree_maps(s.tree)
         table = gpu_table(s.gpus, root_of)
         hl = HostLimit(host[0], host[1], self.threshold, host[2]) if host is not None else None
-        rss = {pid: p.rss_bytes for pid, p in s.procs.items()}
-        who = [(a.actor_id, a.pid, R.identity(a).base_role) for a in actors if a.pid]
-        samples = samples_of(who, calls, ambient, rss, kid_rss, table, hl)
+        base_of = self.base_of
+        who = [(a.actor_id, a.pid, base_of(a)) for a in actors if a.pid]
+        samples = samples_of(who, calls, ambient, s.procs, kid_rss, table, hl)
         with self._lock:
             n = self.book.add(s.taken_at, samples)
         self.last_feed_ms = (time.perf_counter() - t0) * 1000
@@ -95,9 +106,10 @@ class MemoryWatch:
         hl = None
         if node.mem_total_bytes and node.mem_used_bytes is not None:
             hl = HostLimit(node.mem_total_bytes, node.mem_used_bytes, self.threshold)
-        rss = {p.pid: p.rss_bytes for p in node.procs}
-        who = [(a.actor_id, a.pid, R.identity(a).base_role) for a in actors if a.pid]
-        samples = samples_of(who, calls, ambient, rss, kid_rss, table, hl)
+        procs = {p.pid: p for p in node.procs}
+        base_of = self.base_of
+        who = [(a.actor_id, a.pid, base_of(a)) for a in actors if a.pid]
+        samples = samples_of(who, calls, ambient, procs, kid_rss, table, hl)
         with self._lock:
             return self.book.add(at, samples)
 

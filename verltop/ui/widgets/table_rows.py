@@ -117,8 +117,8 @@ def layout_rows(snap: Snapshot, grouping: str, sort: str, rx: re.Pattern[str] | 
     work = {w.group: w for w in snap.work} if grouping == "group" else {}
     marks = marks or {}
     slow = {r.actor_id: slow_tag(r) for r in snap.slow_ranks if r.actor_id}
-    for aid, m in memory_marks(snap.memory).items():  # low headroom, or a phase that keeps memory
-        slow[aid] = f"{slow[aid]}  {m}" if aid in slow else m
+    for aid, m in memory_marks(snap.memory).items():  # short of memory ("GPU full in 6 steps") or growing
+        slow[aid] = f"{slow[aid]} · {m}" if aid in slow else m
     for name, members in groups.items():  # snapshot order: controller, groups, others
         if sort != "rank":
             members = sorted(members, key=lambda a: _sort_value(a, sort))

@@ -34,7 +34,7 @@ class Row:
     proc: ProcRow | None = None
     parent: ActorRow | None = None
     branch: str = ""  # process rows: the tree's drawing before the title
-    note: str = ""  # orphans: whose they were; actors: a slow rank's mark ("+41s gen")
+    note: str = ""  # orphans: whose they were; actors: a slow rank's mark ("+41s gen"), low memory ("GPU 3% free")
     marker: str = ""  # actor rows with processes: ▾ open, ▸ closed
     pending: PendingItem | None = None  # a line of the "pending" group (ui/widgets/pending_rows.py)
     mark: str = ""  # a suspect of the last dump: its few words, first in STALLED (text/marks.py)
