@@ -53,7 +53,7 @@ def test_memory_command_shows_the_store_and_who_holds_what(demo):
     holders = {g["holder"] for g in o["groups"]}
     assert any(h.startswith("agent_loop_worker_") for h in holders), holders
     # the controller holds the worker groups' handles and task outputs: it is named, not a bare pid
-    assert any(g["actor_name"] and "TaskRunner" in (g["class_name"] or "") for g in o["groups"]), holders
+    assert any(g["class_name"] == "TaskRunner" and g["actor_id"] for g in o["groups"]), holders
     # a limit below what Ray holds is said, in the JSON and on stderr
     p = verltop(demo, "memory", "--limit", "1")
     assert p.returncode == 0 and "only 1 of " in p.stdout and "verltop: warning: only 1 of" in p.stderr

@@ -49,6 +49,7 @@ HUNG_FILE = "hung"
 RELEASE_FILE = "release"
 PIDS_DIR = "pids"
 
+LEAK_STRETCH = 3.0  # update_actor lasts this many times longer while a leak is asked for
 LEAK_CAPPED_FILE = "leak_capped"  # written once when the leaking rank stops growing (its cap)
 HIDDEN = 128
 MICRO_BATCHES = 4
@@ -169,12 +170,15 @@ class ActorRolloutWorker(_DemoRole):
     def update_actor(self, step: int, hang_rank: int = -1, hang_late: bool = False,
                      leak: dict[str, Any] | None = None) -> dict[str, Any]:
         assert self.optim is not None
-        per_mb = self._duration("update_actor", step) / MICRO_BATCHES
+        # a leaking job's update is longer (every rank is told), so that the phase outlasts the monitor's
+        # sampling (a call is seen running a poll or two after it began): its few seconds have samples of their own
+        stretch = LEAK_STRETCH if leak and not leak.get("free") else 1.0
+        per_mb = self._duration("update_actor", step) * stretch / MICRO_BATCHES
         for mb in range(MICRO_BATCHES):
             self.optim.zero_grad()
+            if mb == MICRO_BATCHES - 1 and leak is not None:
+                self._leak(leak, step)  # in the last micro-batch, as verl#6696's grew per micro-batch
             self._compute(per_mb, duty=0.15)
-            if mb == 0 and leak is not None:
-                self._leak(leak, step)
             if self.rank == hang_rank and mb == HANG_MICRO_BATCH and not hang_late:
                 _stuck_rollout(self.state_dir, step=step, rank=self.rank)
             grads = self._flat_grads()
