@@ -83,15 +83,26 @@ class MemoryTable(DataTable):
                 Text(phase_cell(last, "host"), justify="right"), n, trend]
 
     def show(self, by_phase: Sequence[PhaseMemory], growing: dict[tuple[str, str], str]) -> None:
-        """``growing``: (actor_id, phase) → the kind of memory it keeps step after step (marked, its trend)."""
+        """``growing``: (actor_id, phase) → the kind of memory it keeps step after step (marked, its trend).
+        A row whose figures did not change is not drawn again (a thousand ranks' rows are mostly unchanged)."""
+        if by_phase is getattr(self, "_shown_by", None) and growing == getattr(self, "_shown_growing", None):
+            return
+        self._shown_by, self._shown_growing = by_phase, dict(growing)
+        sigs: dict[str, tuple] = self.__dict__.setdefault("_sigs", {})
         rows = memory_rows(by_phase)
         keys = {k for k, _, _ in rows}
         with self.app.batch_update():
             for rk in [rk for rk in self.rows if rk.value not in keys]:
                 self.remove_row(rk)
+                sigs.pop(rk.value or "", None)
             added = False
             for k, last, ps in rows:
-                cells = self.cells(last, ps, growing.get((last.actor_id, last.phase)))
+                kind = growing.get((last.actor_id, last.phase))
+                sig = (last, kind, tuple(trend_points(ps, kind)))
+                if sigs.get(k) == sig and k in self.rows:
+                    continue
+                sigs[k] = sig
+                cells = self.cells(last, ps, kind)
                 if k in self.rows:
                     for (col, _), new in zip(COLUMNS, cells, strict=True):
                         if self.get_cell(k, col) != new:
