@@ -18,6 +18,7 @@ from verltop.model import (
 )
 from verltop.text.cells import size
 from verltop.text.memory import growth_sentence, headroom_mark, headroom_sentence
+from verltop.text.memory import who as rank_of
 
 MIB = 1 << 20
 LIMIT_TEXT = {"gpu_total": "the GPU's total less other processes on it",
@@ -32,11 +33,8 @@ VERL_PEAK_KEYS = ("perf/max_memory_allocated_gb", "perf/max_memory_reserved_gb",
 
 
 def who(worker_group: str | None, role: str | None, rank: int | None, actor_name: str | None) -> str:
-    """``rank 1 of actor_rollout``; an actor without a rank by its name."""
-    group = role or worker_group
-    if rank is not None and group:
-        return f"rank {rank} of {group}"
-    return actor_name or group or "?"
+    """``rank 1 of x2m`` (as the memory book's sentences name a rank); an actor without a rank by its name."""
+    return rank_of(worker_group or role, rank, actor_name)
 
 
 def mib(n: float | None, signed: bool = False) -> str:
