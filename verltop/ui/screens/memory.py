@@ -50,7 +50,9 @@ class MemoryScreen(Screen):
         training = self.snap.training if self.snap is not None else None
         self.query_one(MemoryFindings).show(findings_text(v, training, width, all_headroom=wide))
         growing = {(g.actor_id, g.phase): g.kind for g in v.growth} if v is not None else {}
-        self.query_one(MemoryTable).show(v.by_phase if v is not None else (), growing)
+        table = self.query_one(MemoryTable)
+        table.wide = wide
+        table.show(v.by_phase if v is not None else (), growing)
 
     def header(self, wide: bool) -> Text:
         v = self.snap.memory if self.snap is not None else None

@@ -65,6 +65,9 @@ def memory_spark(points: list[tuple[int, float | None]], width: int) -> Text:
 
 
 class MemoryTable(DataTable):
+    """``wide``: the GROUP column adds the role to the worker group (the sentences name the group)."""
+
+    wide = False
     def on_mount(self) -> None:
         self.cursor_type = "row"
         self.zebra_stripes = True
@@ -77,7 +80,10 @@ class MemoryTable(DataTable):
         trend = memory_spark(trend_points(ps, growing), TREND_STEPS)
         if growing:
             trend.stylize("bold yellow")
-        return [Text(last.role or last.worker_group or "-"), Text("-" if last.rank is None else str(last.rank),
+        group = last.worker_group or last.role or "-"
+        if self.wide and last.worker_group and last.role:
+            group = f"{last.worker_group} {last.role}"
+        return [Text(group), Text("-" if last.rank is None else str(last.rank),
                 justify="right"), Text(last.phase, style="bold yellow" if growing else ""),
                 Text(str(last.step), justify="right"), Text(phase_cell(last, "gpu"), justify="right"),
                 Text(phase_cell(last, "host"), justify="right"), n, trend]
@@ -85,9 +91,12 @@ class MemoryTable(DataTable):
     def show(self, by_phase: Sequence[PhaseMemory], growing: dict[tuple[str, str], str]) -> None:
         """``growing``: (actor_id, phase) → the kind of memory it keeps step after step (marked, its trend).
         A row whose figures did not change is not drawn again (a thousand ranks' rows are mostly unchanged)."""
-        if by_phase is getattr(self, "_shown_by", None) and growing == getattr(self, "_shown_growing", None):
+        if (by_phase is getattr(self, "_shown_by", None) and growing == getattr(self, "_shown_growing", None)
+                and self.wide == getattr(self, "_shown_wide", None)):
             return
-        self._shown_by, self._shown_growing = by_phase, dict(growing)
+        if self.wide != getattr(self, "_shown_wide", None):
+            self.__dict__.pop("_sigs", None)  # every row's GROUP cell changes
+        self._shown_by, self._shown_growing, self._shown_wide = by_phase, dict(growing), self.wide
         sigs: dict[str, tuple] = self.__dict__.setdefault("_sigs", {})
         rows = memory_rows(by_phase)
         keys = {k for k, _, _ in rows}
@@ -98,7 +107,7 @@ class MemoryTable(DataTable):
             added = False
             for k, last, ps in rows:
                 kind = growing.get((last.actor_id, last.phase))
-                sig = (last, kind, tuple(trend_points(ps, kind)))
+                sig = (last, kind, tuple(trend_points(ps, kind)), self.wide)
                 if sigs.get(k) == sig and k in self.rows:
                     continue
                 sigs[k] = sig
