@@ -193,8 +193,8 @@ def test_dump_sends_its_first_reads_before_importing_the_engine():
             "main(['dump', '--address', 'http://127.0.0.1:9', '--timeout', '1'])\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=PKG.parent).stdout
-    assert ast.literal_eval(out) == ["verltop.cli", "verltop.cli_watch", "verltop.engine", "verltop.engine.prefetch",
-                         "verltop.logsetup", "verltop.sources", "verltop.sources.config", "verltop.sources.reads",
+    assert ast.literal_eval(out) == ["verltop.cli", "verltop.cli_memory", "verltop.cli_watch", "verltop.engine",
+                         "verltop.engine.prefetch", "verltop.logsetup", "verltop.sources", "verltop.sources.config", "verltop.sources.reads",
                          "verltop.sources.wire"]
 
 

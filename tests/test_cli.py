@@ -142,3 +142,11 @@ def test_unresolvable_address_is_named():
     p = run("--address", "notaurl.invalid", "snapshot", "--no-local")
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "Traceback" not in p.stderr
     assert "dashboard not reachable at http://notaurl.invalid: no such host" in p.stderr
+
+
+def test_memory_without_a_dashboard_is_one_line():
+    p = run("memory", "--address", "http://127.0.0.1:9", "--timeout", "2")
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.strip().splitlines() == [
+        "verltop: error: dashboard not reachable at http://127.0.0.1:9: connection refused; is Ray running? use "
+        "--address or RAY_DASHBOARD_ADDRESS"]

@@ -90,9 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"verltop {__version__}")
     _shared(p, sub=False)
     p.add_argument("--record", metavar="FILE", help="record the TUI session into FILE (verltop replay FILE)")
-    sub = p.add_subparsers(dest="cmd", metavar="{tui,snapshot,dump,doctor,demo,watch,replay}")
+    sub = p.add_subparsers(dest="cmd", metavar="{tui,snapshot,dump,memory,doctor,demo,watch,replay}")
 
-    from verltop import cli_watch
+    from verltop import cli_memory, cli_watch
 
     t = sub.add_parser("tui", help="the interactive view (default)")
     _shared(t)
@@ -105,6 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--cpu-window", type=float, default=0.0, metavar="S",
                    help="also sample local processes twice S seconds apart for their CPU %% (default 0: actors "
                    "carry the dashboard agent's figure, their child processes none)")
+    s.add_argument("--watch-dir", metavar="DIR", default=None,
+                   help="the directory of a running `verltop watch`: its recorded history fills what one snapshot "
+                   "cannot know (memory by phase, growth, headroom; actors' memory peaks); default: the watch's "
+                   "default directory when a watch runs there")
     s.add_argument("--remote-processes", action="store_true",
                    help="also read the process trees of actors on other nodes, through a probe actor per node "
                    "(needs ray on this machine; without it they are null)")
@@ -126,6 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--force", action="store_true", help="overwrite --output if it exists")
     d.add_argument("--no-logs", action="store_true", help="do not read NCCL watchdog lines from worker logs")
 
+    cli_memory.add_memory(sub, _shared)
+
     c = sub.add_parser("doctor", help="pre-flight check of every node: versions, GPUs, NCCL environment, disks, "
                        "clocks, shared storage")
     _shared(c)
@@ -144,6 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="what hangs after --hang-after steps: a trainer rank in update_actor (default), TP worker 1 "
                    "of the rollout server in its weight load, or a reward sandbox that never returns; the keys H "
                    "and T hang a rank or TP worker 1 at any time")
+    m.add_argument("--leak", action="store_true",
+                   help="one rank of actor_rollout keeps more host memory after every update_actor (--leak-mib "
+                   "per step, up to 1 GiB, then it stops growing): the memory screen (m) flags it with its phase "
+                   "within a few steps")
+    m.add_argument("--leak-rank", type=int, default=1, metavar="R", help="which actor rank leaks (default 1)")
+    m.add_argument("--leak-mib", type=int, default=64, metavar="MIB", help="MiB kept per step (default 64)")
     m.add_argument("--no-tui", action="store_true", help="leave the job running for other tools; Ctrl-C ends it")
     m.add_argument("--record", metavar="FILE", default=argparse.SUPPRESS, help="record the TUI session into FILE")
     cli_watch.add_watch(sub, _shared)
@@ -167,6 +179,10 @@ def main(argv: list[str] | None = None) -> int:
             return _leave(asyncio.run(_snapshot(args, prefetch_snapshot(resolve(args.address), args.timeout))))
         if cmd == "dump":
             return _leave(asyncio.run(_dump(args, _prefetch(args))))
+        if cmd == "memory":
+            from verltop.cli_memory import memory
+
+            return memory(args, _monitor, UserError)
         if cmd == "doctor":
             return _leave(asyncio.run(_doctor(args)))
         if cmd == "demo":
@@ -252,10 +268,18 @@ async def _snapshot(args: argparse.Namespace, prefetch: Any = None) -> int:
                                       remote_processes=args.remote_processes)
     except oneshot.OneShotError as e:
         raise UserError(str(e)) from None
+    snap, memory_note = _borrow_history(snap, args.watch_dir)
     if args.json:
         from verltop.text.contract import snapshot_json
 
-        json.dump(snapshot_json(snap), sys.stdout, indent=1)
+        doc = snapshot_json(snap)
+        if "memory" not in doc:
+            from verltop.codec import to_data
+
+            doc["memory"] = None if snap.memory is None else to_data(snap.memory)
+        if memory_note is not None or "memory_note" not in doc:
+            doc["memory_note"] = memory_note
+        json.dump(doc, sys.stdout, indent=1)
         sys.stdout.write("\n")
         if snap.truncated:  # the JSON has no field for it; a script's user must still learn of it
             print(f"verltop: warning: {snap.truncated}", file=sys.stderr)
@@ -263,7 +287,24 @@ async def _snapshot(args: argparse.Namespace, prefetch: Any = None) -> int:
         from verltop.text.snapshot import snapshot_text
 
         print(snapshot_text(snap))
+        if memory_note:
+            print(f"note: {memory_note}")
     return 0
+
+
+def _borrow_history(snap: Any, watch_dir: str | None) -> tuple[Any, str | None]:
+    """The running watch's history lent to a one-shot snapshot (``--watch-dir``, else the watch's default
+    directory when a watch runs there), and why memory is missing when it is."""
+    from pathlib import Path
+
+    from verltop.cli_watch import default_watch_dir
+    from verltop.engine.watch_history import borrow
+
+    d = Path(watch_dir).expanduser() if watch_dir else default_watch_dir()
+    if watch_dir and not d.is_dir():
+        raise UserError(f"--watch-dir {watch_dir}: no such directory")
+    b = borrow(snap, d, explicit=bool(watch_dir), now=snap.taken_at)
+    return b.snapshot, b.note
 
 
 def _prefetch(args: argparse.Namespace) -> Any:
@@ -400,13 +441,25 @@ def _demo(args: argparse.Namespace) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _stop)
+    leak = None
+    if args.leak:
+        from verltop.demo.cluster import LEAK_CAP_MIB
+
+        if not 0 <= args.leak_rank < 4:
+            raise UserError("--leak-rank must be a rank of the 4-rank actor_rollout group (0..3)")
+        if not 0 < args.leak_mib <= LEAK_CAP_MIB:
+            raise UserError(f"--leak-mib must be 1..{LEAK_CAP_MIB}")
+        leak = {"rank": args.leak_rank, "mib": args.leak_mib, "cap_mib": LEAK_CAP_MIB}
     print("verltop demo: starting a local Ray cluster and a small verl PPO job (CPU, gloo)…", file=sys.stderr)
     hang_after = args.hang_after if args.hang_after > 0 else None
     handle = start_demo(hang_after=hang_after, hang_rank=args.hang_rank, hang_target=args.hang,
-                        dashboard_port=dashboard_port_for_cli())
+                        dashboard_port=dashboard_port_for_cli(), leak=leak)
     try:
         if handle.token:
             os.environ["RAY_AUTH_TOKEN"] = handle.token
+        if leak:
+            print(f"verltop demo: rank {leak['rank']} of actor_rollout keeps +{leak['mib']} MiB of host memory after "
+                  f"every update_actor, up to {leak['cap_mib'] // 1024} GiB (then it stops growing)", file=sys.stderr)
         if args.no_tui:
             print(f"dashboard: {handle.address}\nrun `verltop` (or `verltop snapshot`, `dump`, `doctor`, `watch DIR`) "
                   "in another shell as the same user: it finds this dashboard and its token by itself; Ctrl-C "

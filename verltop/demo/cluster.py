@@ -43,6 +43,10 @@ for _mod in ("ray", "torch", "verl"):
 
 HANG_REQUEST_FILE = "hang_request"
 NAN_REQUEST_FILE = "nan_request"  # as in job.py
+LEAK_REQUEST_FILE = "leak_request"  # as in job.py
+LEAK_CAPPED_FILE = "leak_capped"  # as in workers.py
+LEAK_MIB = 64  # `verltop demo --leak`: MiB kept per update_actor by default
+LEAK_CAP_MIB = 1024  # the leak stops growing here: the demo never eats the machine
 METRICS_FILE = "metrics.jsonl"
 HANG_TARGETS = ("rank", "late", "tp1", "sandbox")  # as in job.py (which imports ray)
 # Duplicated from workers.py / job.py to keep this module free of torch and verl imports.
@@ -64,6 +68,7 @@ class DemoHandle:
     token: str | None = field(repr=False)  # Ray auth token when token auth is on; never printed
     hang_file: str  # write it (request_hang) and the controller hangs one rank; it deletes the file then
     state_dir: str = ""  # hang_file, the hung marker, progress.json and worker pid files live here
+    leak: dict[str, Any] | None = None  # {"rank", "mib", "cap_mib"} while a leak was asked for
     _runner: Any = field(default=None, repr=False)
     _run_ref: Any = field(default=None, repr=False)
     _stopped: bool = field(default=False, repr=False)
@@ -77,6 +82,27 @@ class DemoHandle:
         if target not in HANG_TARGETS:
             raise ValueError(f"unknown hang target {target!r} (one of {', '.join(HANG_TARGETS)})")
         Path(self.hang_file).write_text(json.dumps({"target": target, "time": time.time()}))
+
+    def request_leak(self, rank: int = 1, mib: int = LEAK_MIB, cap_mib: int = LEAK_CAP_MIB) -> None:
+        """From the next update_actor on, rank ``rank`` of actor_rollout keeps ``mib`` MiB more host memory
+        after every update_actor, until ``cap_mib`` (no Ray needed)."""
+        if not 0 <= rank < 4 or mib <= 0 or not 0 < cap_mib <= 4096:
+            raise ValueError("leak: rank 0..3, mib > 0, cap_mib 1..4096")
+        self.leak = {"rank": rank, "mib": mib, "cap_mib": cap_mib}
+        Path(self.state_dir, LEAK_CAPPED_FILE).unlink(missing_ok=True)
+        Path(self.state_dir, LEAK_REQUEST_FILE).write_text(json.dumps(self.leak))
+
+    def stop_leak(self) -> None:
+        """The leaking rank lets go of what it kept, at its next update_actor."""
+        self.leak = None
+        Path(self.state_dir, LEAK_REQUEST_FILE).write_text(json.dumps({"free": True}))
+
+    def leak_capped(self) -> dict[str, Any] | None:
+        """``{"rank", "step", "kept_mib"}`` once the leaking rank reached its cap and stopped growing."""
+        try:
+            return json.loads(Path(self.state_dir, LEAK_CAPPED_FILE).read_text())
+        except (OSError, ValueError):
+            return None
 
     def request_nan(self) -> None:
         """Ask the controller to log a NaN ``actor/grad_norm`` at its next step (no Ray needed)."""
@@ -168,13 +194,15 @@ def start_demo(
     scale: float = 1.0,
     enable_profiling: bool = True,
     hang_target: str = "rank",
+    leak: dict[str, Any] | None = None,
 ) -> DemoHandle:
     """Start a local Ray cluster with the dashboard and launch the demo job; return once step 1 runs.
 
     ``hang_after``: steps that complete before ``hang_target`` hangs in the next step (None: only on
     ``request_hang``); target ``rank``: rank ``hang_rank`` of the actor_rollout/critic group, in
     ``update_actor``; ``tp1``: TP worker 1 of the rollout server, in its weight load; ``sandbox``: a
-    reward-loop sandbox child. ``num_cpus``: logical CPUs for
+    reward-loop sandbox child. ``leak``: ``{"rank", "mib", "cap_mib"}`` (``DemoHandle.request_leak``'s
+    arguments) makes that rank keep memory after every update_actor from step 1. ``num_cpus``: logical CPUs for
     Ray (the job reserves 9). ``dashboard_port``: None picks a free port. ``scale`` multiplies every phase
     duration (a step is ~10 s at 1.0).
 
@@ -198,7 +226,7 @@ def start_demo(
     port = dashboard_port or _free_port()
     state_dir = tempfile.mkdtemp(prefix="verltop-demo-")
     handle = DemoHandle(address=f"http://127.0.0.1:{port}", token=None,
-                        hang_file=str(Path(state_dir, HANG_REQUEST_FILE)), state_dir=state_dir)
+                        hang_file=str(Path(state_dir, HANG_REQUEST_FILE)), state_dir=state_dir, leak=leak)
     # Ray's processes inherit the env at spawn time; ours is restored right after ray.init.
     saved_env = {k: os.environ.get(k) for k in (PROFILING_ENV, "PATH")}
     if enable_profiling and saved_env[PROFILING_ENV] is None:
@@ -230,6 +258,7 @@ def start_demo(
         handle._run_ref = handle._runner.run.remote({
             "state_dir": state_dir, "hang_file": handle.hang_file, "hang_after": hang_after,
             "hang_rank": hang_rank, "hang_target": hang_target, "seed": seed, "scale": scale, "max_steps": None,
+            "leak": leak,
         })
         _wait_ready(handle, wait_ready_s)
     except BaseException:  # Ctrl-C and timeouts too: never leave a half-started cluster behind

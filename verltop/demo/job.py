@@ -44,6 +44,7 @@ PHASE_LOG = "phases.jsonl"  # one line per phase as it begins: the job's own tim
 HANG_TARGETS = ("rank", "late", "tp1", "sandbox")
 METRICS_FILE = "metrics.jsonl"  # verl's file logger writes every logged step here
 NAN_REQUEST_FILE = "nan_request"  # present: the next step logs a NaN actor/grad_norm (the N key)
+LEAK_REQUEST_FILE = "leak_request"  # JSON {"rank", "mib", "cap_mib"} or {"free": true}: taken before update_actor
 AGENT_LOOP_WORKERS = 2
 PROMPTS_PER_WORKER = 4
 
@@ -62,7 +63,8 @@ class TaskRunner:
         """Build the worker groups and train until ``config["max_steps"]`` (None = forever).
 
         config keys: state_dir, hang_file, hang_after (int | None), hang_rank, hang_target, seed, scale,
-        max_steps. Returns the number of completed steps.
+        max_steps, leak (None or ``{"rank", "mib", "cap_mib"}``: that rank of actor_rollout keeps ``mib`` MiB
+        more host memory after every update_actor, up to ``cap_mib``). Returns the number of completed steps.
         """
         from verl.single_controller.ray import (
             RayClassWithInitArgs,
@@ -81,6 +83,7 @@ class TaskRunner:
         hang_rank: int = config.get("hang_rank", 2)
         seed = config.get("seed", 0)
         max_steps: int | None = config.get("max_steps")
+        leak: dict[str, Any] | None = config.get("leak")
         role_kwargs = {"state_dir": str(self.state_dir), "seed": seed,
                        "scale": config.get("scale", 1.0)}
         self._progress(0, "init")
@@ -165,8 +168,10 @@ class TaskRunner:
             timer.mark("update_actor")
             late = pending == "late"
             pending = None if hang_now else pending
+            leak = self._take_leak_request(leak)
             # While hanging, this ray.get (inside verl's func_generator) never returns.
-            actor.update_actor(step=step, hang_rank=hang_rank if hang_now else -1, hang_late=late)
+            actor.update_actor(step=step, hang_rank=hang_rank if hang_now else -1, hang_late=late, leak=leak)
+            leak = None if leak is not None and leak.get("free") else leak
             self._progress(step, "update_weights")
             timer.mark("update_weights")
             actor.update_weights(step=step)
@@ -198,6 +203,18 @@ class TaskRunner:
             self.hang_after = None
             return self.hang_target
         return None
+
+    def _take_leak_request(self, leak: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A leak asked for while the job runs (``DemoHandle.request_leak`` / ``stop_leak``), else ``leak``."""
+        f = self.state_dir / LEAK_REQUEST_FILE
+        if not f.exists():
+            return leak
+        try:
+            req = json.loads(f.read_text())
+        except (OSError, ValueError):
+            req = None
+        f.unlink(missing_ok=True)
+        return req if isinstance(req, dict) else leak
 
     def _compute_advantage(self, step: int) -> None:
         # GAE runs in the controller in verl; a little torch work and no worker task.

@@ -35,6 +35,7 @@ HUNG_FILE = "hung"
 RELEASE_FILE = "release"
 
 SANDBOX = str(Path(__file__).with_name("sandbox.py"))  # run by path, with -I -S: stdlib only
+BATCH_BYTES = 1 << 20  # the output batch an agent-loop worker keeps in Ray's object store (verl: a DataProto)
 MAX_NUM_SEQS = 16  # the engine's batch: requests past it wait (vLLM's max_num_seqs)
 
 
@@ -191,6 +192,9 @@ class AgentLoopWorker:
                                       hang_sandbox and i == 0)
                  for i in range(num_prompts)]
         outs = await asyncio.gather(*loops)
+        import ray  # as a verl agent-loop worker puts its output batch; the last one is kept (bounded)
+
+        self.batch = ray.put(bytes(BATCH_BYTES))
         if self.index == LATE_WORKER:  # its share always holds the longest response (verl#658's long tail)
             await asyncio.sleep(LATE_WORKER_S)
         return {"worker": self.index, "responses": len(outs), "score": sum(o["score"] for o in outs) / len(outs)}

@@ -49,6 +49,8 @@ HUNG_FILE = "hung"
 RELEASE_FILE = "release"
 PIDS_DIR = "pids"
 
+LEAK_STRETCH = 3.0  # update_actor lasts this many times longer while a leak is asked for
+LEAK_CAPPED_FILE = "leak_capped"  # written once when the leaking rank stops growing (its cap)
 HIDDEN = 128
 MICRO_BATCHES = 4
 HANG_MICRO_BATCH = 1  # the stuck rank skips the all_reduce of this micro-batch
@@ -165,11 +167,17 @@ class ActorRolloutWorker(_DemoRole):
         return {"rank": self.rank, "entropy": self._metric_all_reduce(float(loss))}
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def update_actor(self, step: int, hang_rank: int = -1, hang_late: bool = False) -> dict[str, Any]:
+    def update_actor(self, step: int, hang_rank: int = -1, hang_late: bool = False,
+                     leak: dict[str, Any] | None = None) -> dict[str, Any]:
         assert self.optim is not None
-        per_mb = self._duration("update_actor", step) / MICRO_BATCHES
+        # a leaking job's update is longer (every rank is told), so that the phase outlasts the monitor's
+        # sampling (a call is seen running a poll or two after it began): its few seconds have samples of their own
+        stretch = LEAK_STRETCH if leak and not leak.get("free") else 1.0
+        per_mb = self._duration("update_actor", step) * stretch / MICRO_BATCHES
         for mb in range(MICRO_BATCHES):
             self.optim.zero_grad()
+            if mb == MICRO_BATCHES - 1 and leak is not None:
+                self._leak(leak, step)  # in the last micro-batch, as verl#6696's grew per micro-batch
             self._compute(per_mb, duty=0.15)
             if self.rank == hang_rank and mb == HANG_MICRO_BATCH and not hang_late:
                 _stuck_rollout(self.state_dir, step=step, rank=self.rank)
@@ -180,6 +188,25 @@ class ActorRolloutWorker(_DemoRole):
         if self.rank == hang_rank and hang_late:  # after the last collective: its peers finish, it is late
             _stuck_rollout(self.state_dir, step=step, rank=self.rank)
         return {"rank": self.rank, "pg_loss": loss}
+
+    def _leak(self, leak: dict[str, Any], step: int) -> None:
+        """The demo's leak (``verltop demo --leak``): the chosen rank keeps ``mib`` MiB more host memory after
+        every update_actor, written so that it is resident, until ``cap_mib`` (then it says so once and stops
+        growing); ``{"free": true}`` lets go of it all."""
+        kept: list[bytearray] = self.__dict__.setdefault("_kept", [])
+        if leak.get("free"):
+            kept.clear()
+            return
+        if self.rank != leak.get("rank"):
+            return
+        mib, cap = int(leak.get("mib", 64)), int(leak.get("cap_mib", 1024))
+        if len(kept) * mib + mib > cap:
+            capped = self.state_dir / LEAK_CAPPED_FILE
+            if not capped.exists():
+                capped.write_text(json.dumps({"rank": self.rank, "step": step, "kept_mib": len(kept) * mib}))
+                print(f"verltop demo: rank {self.rank} stopped leaking at {len(kept) * mib} MiB (the cap)", flush=True)
+            return
+        kept.append(bytearray(b"\x5a") * (mib << 20))  # filled: resident, not just reserved
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def update_weights(self, step: int) -> dict[str, Any]:

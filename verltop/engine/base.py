@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from verltop.model import DumpReport, Problem, Snapshot
+from verltop.model import DumpReport, ObjectStoreReport, Problem, Snapshot
 
 if TYPE_CHECKING:
     from verltop.engine.doctor import DoctorJob
@@ -113,6 +113,11 @@ class Engine(ABC):
     @abstractmethod
     async def log_tail(self, actor_id: str, stream: str = "err", lines: int = 200) -> tuple[str | None, Problem | None]:
         """The last lines of an actor's stdout (``out``) or stderr (``err``), or why not."""
+
+    async def object_store(self, limit: int = 10000, timeout_s: float = 30.0) -> ObjectStoreReport | None:
+        """Ray's object store read once (every raylet is asked: only on demand); ``None`` where this engine
+        cannot read one (a recording)."""
+        return None
 
     def doctor(self, path: str | None = None, node_timeout_s: float = 30.0,
                on_progress: DoctorProgressFn | None = None) -> DoctorJob | None:

@@ -28,7 +28,7 @@ from verltop.engine.poll_tasks import TaskPolls
 from verltop.engine.poll_training import TRAINING_EVERY_S, TrainingPolls
 from verltop.engine.polling import FIRST_FRAME_GRACE_S, ROLES_EVERY_S, Intervals, SourceState
 from verltop.engine.snapshots import SnapshotBuilding
-from verltop.model import ActorRow, Problem, Snapshot
+from verltop.model import ActorRow, ObjectStoreReport, Problem, Snapshot
 from verltop.sources import dashboard as D
 from verltop.sources.pyspy import DumpOptions
 
@@ -130,6 +130,15 @@ class Monitor(ActorPolls, TaskPolls, HistoryPolls, NodePolls, LocalPolls, Traini
                        pending=snap.pending, native_ids=native_ids,
                        previous=self.last_dump if scope is None else None,
                        ooms=snap.memory.oom if snap.memory is not None else ())
+
+    async def object_store(self, limit: int = 10000, timeout_s: float = 30.0) -> ObjectStoreReport:
+        from verltop.engine.object_store import read_object_store  # on demand only
+
+        def actors() -> tuple[ActorRow, ...]:
+            snap = self.latest or (self.snapshot() if self.has_data else None)  # a one-shot command publishes none
+            return snap.actors if snap is not None else ()
+
+        return await read_object_store(self.client, actors, limit, timeout_s, clock=self.clock)
 
     def doctor(self, path: str | None = None, node_timeout_s: float = 30.0,
                on_progress: DoctorProgressFn | None = None) -> DoctorJob:

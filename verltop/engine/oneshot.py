@@ -23,7 +23,7 @@ from verltop.analysis.dump import dump_targets
 from verltop.analysis.stalls import StallSettings
 from verltop.engine.dumps import DumpJob
 from verltop.engine.monitor import Intervals, Monitor
-from verltop.model import ActorRow, DumpReport, Snapshot
+from verltop.model import ActorRow, DumpReport, ObjectStoreReport, Snapshot
 from verltop.sources import dashboard as D
 from verltop.sources import headstart
 from verltop.sources.config import Endpoint
@@ -63,6 +63,20 @@ async def snapshot(mon: Monitor, cpu_window_s: float = 0.0, remote_processes: bo
             raise OneShotError(err.text if err else "no answer from the dashboard")
         # one poll has no history: memory by phase needs a watch's (``--watch-dir``), the JSON says so
         return replace(mon.snapshot(), memory=None)
+    finally:
+        await mon.stop()
+
+
+async def object_store(mon: Monitor, limit: int, timeout_s: float) -> ObjectStoreReport:
+    """``verltop memory``: the actors (who holds what), then the object store; the monitor stopped after.
+    Raises ``OneShotError`` when the dashboard gave nothing at all."""
+    try:
+        await mon.poll_once(seed=False, node_details=False)
+        report = await mon.object_store(limit, timeout_s)
+        if not mon.has_data and not report.nodes:
+            err = mon.connection_problem()
+            raise OneShotError(err.text if err else report.problem or "no answer from the dashboard")
+        return report
     finally:
         await mon.stop()
 

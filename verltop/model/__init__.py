@@ -21,6 +21,7 @@ from verltop.model.memory import (
     OomVerdict,
     PhaseMemory,
 )
+from verltop.model.object_store import ObjectGroup, ObjectRef, ObjectStoreReport, StoreNode
 from verltop.model.pending import (
     Capacity,
     ClusterLoad,
@@ -105,6 +106,9 @@ __all__ = [
     "Mismatch",
     "Node",
     "NodeLoad",
+    "ObjectGroup",
+    "ObjectRef",
+    "ObjectStoreReport",
     "OomVerdict",
     "Peers",
     "PendingItem",
@@ -134,6 +138,7 @@ __all__ = [
     "StackGroup",
     "Stall",
     "Step",
+    "StoreNode",
     "Suspect",
     "SuspectWhy",
     "ThreadStack",

@@ -29,6 +29,7 @@ from verltop.model import (
     MemoryView,
     Mismatch,
     Node,
+    ObjectStoreReport,
     OomVerdict,
     PendingItem,
     PhaseMemory,
@@ -393,3 +394,36 @@ def mismatch_json(m: Mismatch) -> dict[str, Any]:
     """A check that differs between nodes: the values, the majority, the odd ones out."""
     return {"check": m.check, "values": dict(m.values), "majority": m.majority,
             "deviants": list(m.deviants), "text": m.problem.text}
+
+
+def object_store_json(r: ObjectStoreReport) -> dict[str, Any]:
+    """``verltop memory --json``: each node's store and the references grouped by holder and call site."""
+    from verltop.text.object_store import NOT_RECORDED, holder_text
+
+    return {
+        "taken_at": r.taken_at,
+        "nodes": [{"node_id": n.node_id, "ip": n.ip, "hostname": n.hostname, "used_bytes": n.used_bytes,
+                   "total_bytes": n.total_bytes, "spilled_bytes": n.spilled_bytes,
+                   "spilled_objects": n.spilled_objects, "restored_bytes": n.restored_bytes,
+                   "restored_objects": n.restored_objects, "primary_copy_bytes": n.primary_copy_bytes,
+                   "fallback_bytes": n.fallback_bytes, "local_objects": n.local_objects} for n in r.nodes],
+        "objects": {
+            "total_refs": r.total_refs,
+            "returned_refs": r.returned_refs,
+            "objects": r.objects,
+            "bytes": r.bytes,
+            "limit": r.limit,
+            "truncated": r.truncated,
+            "call_sites_recorded": r.call_sites_recorded,
+            "call_sites_note": NOT_RECORDED if r.call_sites_recorded is False else None,
+            "warnings": list(r.warnings),
+            "problem": r.problem,
+            "elapsed_s": _round(r.elapsed_s),
+            "groups": [{"holder": holder_text(g), "worker_group": g.worker_group, "role": g.role, "rank": g.rank,
+                        "actor_name": g.actor_name, "actor_id": g.actor_id, "class_name": g.class_name,
+                        "pid": g.pid, "ip": g.ip, "worker_type": g.worker_type, "call_site": g.call_site,
+                        "refs": g.refs, "objects": g.objects, "bytes": g.bytes, "unknown_size": g.unknown_size,
+                        "reference_types": dict(g.reference_types)} for g in r.groups],
+        },
+    }
+

@@ -26,6 +26,10 @@ MAIN = [
     Binding("p", "pause", "Pause", tooltip="freeze the display (polling goes on)", id="pause"),
     Binding("n", "nodes", "Nodes", show=False, tooltip="every node side by side: versions, GPUs, NCCL "
             "environment, disks, clocks (verltop doctor); differences in red", id="nodes"),
+    Binding("m", "memory", "Memory", show=False, tooltip="memory by phase and rank over the last steps, what "
+            "grows step after step, headroom and steps left, engine holds, OOM verdicts", id="memory"),
+    Binding("o", "object_store", "Objects", show=False, tooltip="Ray's object store, read now: store per node, "
+            "objects by holder and call site (asks every raylet: only on this key)", id="object-store"),
     Binding("l", "details", "Log", show=False, tooltip="details and log tail of the selected actor", id="log"),
     Binding("j", "cursor_down", "Down", show=False, tooltip="move down", id="down"),
     Binding("k", "cursor_up", "Up", show=False, tooltip="move up", id="up"),
@@ -116,6 +120,22 @@ TIMELINE = [
     Binding("q", "app.pop_screen", "Back", show=False, tooltip="back", id="back-q"),
 ]
 
+MEMORY = [
+    Binding("escape", "app.pop_screen", "Back", tooltip="back", id="back"),
+    Binding("o", "object_store", "Objects", tooltip="Ray's object store, read now", id="object-store"),
+    Binding("j", "down", "Down", show=False, tooltip="move down", id="down"),
+    Binding("k", "up", "Up", show=False, tooltip="move up", id="up"),
+    Binding("q", "app.pop_screen", "Back", show=False, tooltip="back", id="back-q"),
+]
+
+OBJECT_STORE = [
+    Binding("escape", "back", "Back", tooltip="back (a read still running is cancelled)", id="back"),
+    Binding("r", "again", "Read again", tooltip="read the object store again (asks every raylet)", id="objects-again"),
+    Binding("j", "down", "Down", show=False, tooltip="move down", id="down"),
+    Binding("k", "up", "Up", show=False, tooltip="move up", id="up"),
+    Binding("q", "back", "Back", show=False, tooltip="back (a read still running is cancelled)", id="back-q"),
+]
+
 HEALTH = [
     Binding("escape", "app.pop_screen", "Back", tooltip="back", id="back"),
     Binding("q", "app.pop_screen", "Back", show=False, tooltip="back", id="back-q"),
@@ -147,6 +167,8 @@ SECTIONS = (
     ("Details (Enter or l on an actor)", DETAILS),
     ("Step timeline (t)", TIMELINE),
     ("Training health (h)", HEALTH),
+    ("Memory (m): by phase and rank, growth, headroom, OOM verdicts", MEMORY),
+    ("Object store (o, or o on the memory screen)", OBJECT_STORE),
     ("A pending placement group or task (Enter on its line)", PENDING),
     ("Nodes view (n): every node's checks side by side", NODES),
     ("This help", HELP),

@@ -51,7 +51,12 @@ class MainScreen(Screen):
         self.query_one(ActorTable).focus()
         if self.app.demo is not None:
             # one line at 80 columns: the rest is in the footer and under ?
-            self.message("demo: H hangs a rank, L makes one late, T hangs TP worker 1; ? lists every key")
+            leak = getattr(self.app.demo, "leak", None)
+            if leak:
+                self.message(f"demo: rank {leak['rank']} keeps +{leak['mib']} MiB per update_actor (stops at "
+                             f"{leak['cap_mib'] // 1024} GiB); m: memory")
+            else:
+                self.message("demo: H hangs a rank, L makes one late, T hangs TP worker 1; ? lists every key")
         if self.app.snapshot is not None:  # a screen pushed later starts from what the app has
             self.show_snapshot(self.app.snapshot)
 
@@ -128,6 +133,16 @@ class MainScreen(Screen):
         from verltop.ui.screens.timeline import TimelineScreen
 
         self.app.push_screen(TimelineScreen())
+
+    def action_memory(self) -> None:
+        from verltop.ui.screens.memory import MemoryScreen
+
+        self.app.push_screen(MemoryScreen())
+
+    def action_object_store(self) -> None:
+        from verltop.ui.screens.object_store import ObjectStoreScreen
+
+        self.app.push_screen(ObjectStoreScreen())
 
     def action_health(self) -> None:
         from verltop.ui.screens.health import HealthScreen

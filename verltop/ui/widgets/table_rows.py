@@ -8,12 +8,11 @@ import re
 from rich.text import Text
 
 from verltop.analysis.marks import SuspectMark
-from verltop.analysis.memory_view import low_headroom
 from verltop.analysis.oom import marked
 from verltop.model import ActorRow, GroupWork, Snapshot
 from verltop.text.cells import plural
 from verltop.text.marks import MARK, held_up_text, mark_tag
-from verltop.text.memory import headroom_mark
+from verltop.text.memory_rows import memory_marks
 from verltop.text.oom import verdict_tag
 from verltop.text.stalls import stall_reasons
 from verltop.text.training import slow_tag
@@ -121,8 +120,8 @@ def layout_rows(snap: Snapshot, grouping: str, sort: str, rx: re.Pattern[str] | 
     marks = marks or {}
     slow = {r.actor_id: slow_tag(r) for r in snap.slow_ranks if r.actor_id}
     ooms = marked(snap.memory.oom, snap.actors) if snap.memory is not None else {}  # ran out, not moved on
-    for aid, h in low_headroom(snap.memory).items():  # a rank short of memory: "GPU full in 6 steps"
-        slow[aid] = f"{slow[aid]} · {headroom_mark(h)}" if aid in slow else headroom_mark(h)
+    for aid, m in memory_marks(snap.memory).items():  # short of memory ("GPU full in 6 steps") or growing
+        slow[aid] = f"{slow[aid]} · {m}" if aid in slow else m
     for name, members in groups.items():  # snapshot order: controller, groups, others
         if sort != "rank":
             members = sorted(members, key=lambda a: _sort_value(a, sort))
