@@ -109,7 +109,7 @@ async def test_memory_screen_rows_and_findings(size):
         assert t.get_cell("a3|update_actor", "samples").plain == "1"
         assert t.get_cell("a1|update_actor", "rss").plain == "3.3G"
         flat = " ".join(pilot.app.screen.query_one(MemoryFindings)._shown.plain.split())
-        assert "OOM rank 2 of wgA ran out of GPU memory in update_actor at step 10" in flat
+        assert "OOM: rank 2 of wgA (pid 4242) ran out of GPU memory in update_actor at step 10" in flat
         assert "GROWS rank 1 of wgA: +150 MiB host per step in update_actor over 7 steps; peers flat" in flat
         assert "LOW rank 1 of wgA: host peak 3.3 GiB of 21.7 GiB" in flat and "full in 9 steps at its growth" in flat
         assert "vllm_server_0_0 holds 12.0 GiB of GPU memory during update_actor (asleep; KV cache 0%)" in flat
