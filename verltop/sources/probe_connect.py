@@ -76,21 +76,8 @@ def connect(address: str, node_ids: Iterable[str]) -> None:
     """``ray.init`` (once per process, in namespace ``verltop-probe``) into the cluster that holds ``node_ids``.
     Raises when it cannot, or when the cluster it found is not the one those node ids come from."""
     import logging
-    import sys
 
-    # Ray turns token auth on by itself only for address="auto" without RAY_ADDRESS; with an explicit
-    # address its GCS refuses us (and its C++ client retries, printing, for the whole timeout). The
-    # token verltop found is in the places Ray's loader reads: say that auth is on (before Ray reads
-    # its config at import).
-    if "RAY_AUTH_MODE" not in os.environ and resolve_token()[0]:
-        os.environ["RAY_AUTH_MODE"] = "token"
-        if "ray" in sys.modules:
-            try:
-                from ray._raylet import Config
-
-                Config.initialize("")
-            except (ImportError, AttributeError):
-                pass
+    _set_auth_mode()
     # RAY_ADDRESS may hold the dashboard's URL (verltop reads it there); ray.init wants the GCS
     if address == "auto" and os.environ.get("RAY_ADDRESS", "").lower().startswith(("http://", "https://")):
         del os.environ["RAY_ADDRESS"]
@@ -111,6 +98,65 @@ def connect(address: str, node_ids: Iterable[str]) -> None:
     known = {n["NodeID"] for n in ray.nodes()}
     if not set(node_ids) <= known:
         raise RuntimeError("the Ray cluster on this machine is not the dashboard's cluster")
+
+
+AUTH_PATH = "/api/authentication_mode"
+
+
+def cluster_auth_mode(dashboard_url: str, timeout_s: float = 3.0) -> str | None:
+    """``"token"`` or ``"disabled"``, as the cluster's dashboard says (``GET /api/authentication_mode``, public
+    in Ray 2.60: the mode its head process runs with), or None when it does not say. A dashboard without that
+    endpoint (404) is a Ray from before token auth: disabled."""
+    import json
+
+    from verltop.sources import wire
+
+    assert wire.allowed(AUTH_PATH)
+    status, body, _, err = wire.get(dashboard_url, AUTH_PATH, None, wire.headers(None), timeout_s)
+    if err is not None or status is None:
+        return None
+    if status == 404:
+        return "disabled"
+    if status != 200 or body is None:
+        return None
+    try:
+        mode = json.loads(body).get("authentication_mode")
+    except (ValueError, AttributeError):
+        return None
+    return mode if mode in ("token", "disabled") else None
+
+
+def auth_mode_for(env_mode: str | None, cluster_mode: str | None, have_token: bool) -> str | None:
+    """The ``RAY_AUTH_MODE`` this process joins with, as Ray 2.60 decides it: what the user set wins; else the
+    cluster's own mode; only when the cluster does not say, token auth when a token is at hand (as before).
+    None: leave Ray's default."""
+    if env_mode is not None:
+        return None  # set already: Ray reads it
+    if cluster_mode is not None:
+        return cluster_mode
+    return "token" if have_token else None
+
+
+def _set_auth_mode() -> None:
+    """Say the cluster's auth mode before Ray reads its config. Ray itself turns token auth on for
+    address="auto" whenever a token file exists, and never for an explicit address: against a cluster without
+    auth the first kills the probes (its workers cannot call back into a driver that wants a token), against one
+    with auth the second is refused (its C++ client retrying, printing, for the whole timeout)."""
+    import sys
+
+    env = os.environ.get("RAY_AUTH_MODE")
+    cluster = cluster_auth_mode(_DASHBOARD[0]) if env is None and _DASHBOARD else None
+    mode = auth_mode_for(env, cluster, env is None and cluster is None and resolve_token()[0] is not None)
+    if mode is None:
+        return
+    os.environ["RAY_AUTH_MODE"] = mode
+    if "ray" in sys.modules:
+        try:
+            from ray._raylet import Config
+
+            Config.initialize("")
+        except (ImportError, AttributeError):
+            pass
 
 
 def _gcs_reachable(address: str, timeout_s: float = 3.0) -> None:
