@@ -90,6 +90,7 @@ def connect(address: str, node_ids: Iterable[str]) -> None:
     # show: they would land in the middle of the TUI or of `verltop dump` output
     logging.getLogger("ray").setLevel(logging.ERROR)
     if not ray.is_initialized():
+        _lean_serialization()
         _fault_handler()
         ray.init(address=address, namespace=NAMESPACE, logging_level="ERROR", log_to_driver=False,
                  configure_logging=False)
@@ -147,6 +148,7 @@ def _set_auth_mode() -> None:
     env = os.environ.get("RAY_AUTH_MODE")
     cluster = cluster_auth_mode(_DASHBOARD[0]) if env is None and _DASHBOARD else None
     mode = auth_mode_for(env, cluster, env is None and cluster is None and resolve_token()[0] is not None)
+    _imported()  # ray, when preload() is importing it: never two threads in one package's import
     if mode is None:
         return
     os.environ["RAY_AUTH_MODE"] = mode
@@ -178,6 +180,47 @@ def _gcs_reachable(address: str, timeout_s: float = 3.0) -> None:
     except (OSError, ValueError) as e:
         why = getattr(e, "strerror", None) or str(e) or type(e).__name__
         raise RuntimeError(f"nothing answers at the Ray cluster's GCS address {gcs} ({why})") from None
+
+
+def preload() -> None:
+    """Import ray now, in a daemon thread, while the caller does its other start-up work (reads the dashboard):
+    most of joining the cluster is ray's import. The auth mode said later still holds (``_set_auth_mode``
+    re-reads Ray's config once ray is imported)."""
+    def run() -> None:
+        try:
+            import ray
+            import ray.util.scheduling_strategies  # noqa: F401
+        except Exception:  # noqa: BLE001 - connect() imports it again and says why
+            pass
+
+    t = threading.Thread(target=run, name="verltop-ray-import", daemon=True)
+    _PRELOAD.append(t)
+    t.start()
+
+
+_PRELOAD: list[threading.Thread] = []
+
+
+def _imported() -> None:
+    """Wait for ``preload``'s import of ray (a second thread importing the same package could see it half done)."""
+    for t in list(_PRELOAD):
+        t.join()
+
+
+def _no_addons(context: Any) -> None:
+    return None
+
+
+def _lean_serialization() -> None:
+    """On its first remote call a driver registers Ray's serializers for pydantic models, Starlette state and
+    Arrow data, importing pydantic, pyarrow and numpy: a fifth of a second before the first probe can even be
+    created. verltop's driver sends plain functions and lists to its probes and gets dicts and strings back,
+    none of those kinds, so it skips that registration (its own process only; the probes are untouched)."""
+    try:
+        from ray.util import serialization_addons
+    except ImportError:
+        return
+    serialization_addons.apply = _no_addons
 
 
 _DEVNULL: list[Any] = []
