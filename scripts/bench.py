@@ -560,7 +560,7 @@ def main() -> int:
                     "dashboard; token from RAY_AUTH_TOKEN or ~/.ray/auth_token)")
     ap.add_argument("--runs", type=int, default=9, help="runs per live figure (default 9)")
     ap.add_argument("--only", choices=("merge", "dump_local", "dump_children", "ui", "processes", "timeline", "live",
-                                       "metrics"),
+                                       "metrics", "doctor"),
                     help="run one measurement")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -574,15 +574,16 @@ def main() -> int:
         return 0
     rows: list[tuple] = []
     start_load = load()
+    from scripts.bench_doctor import bench_doctor
     from scripts.bench_processes import bench_processes
 
     named = {"merge": bench_merge, "dump_local": bench_dump_local, "dump_children": bench_dump_children,
              "ui": lambda: bench_ui(a.quick), "processes": lambda: bench_processes(polls=10 if a.quick else 40),
              "timeline": lambda: bench_timeline(a.quick), "live": lambda: bench_live(a.quick, a.runs),
-             "metrics": bench_metrics}
+             "metrics": bench_metrics, "doctor": lambda: bench_doctor(3 if a.quick else 7)}
     steps = [named[k] for k in ("merge", "dump_local", "dump_children", "ui", "processes", "timeline", "metrics")]
     if not (a.quick or a.no_live):
-        steps.append(named["live"])
+        steps += [named["live"], named["doctor"]]
     if a.only:
         steps = [named[a.only]]
     if a.live:
