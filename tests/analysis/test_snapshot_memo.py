@@ -46,3 +46,18 @@ def test_unchanged_actors_keep_their_rows_and_changed_ones_are_rebuilt():
     assert second == build_snapshot(d2, hist, NOW + 2)  # the same snapshot as without the memo
     build_snapshot(data(acts2[:2]), hist, NOW + 4, memo=memo)
     assert set(memo) == {"w0", "w1"}  # actors that left are forgotten
+
+
+def test_idle_actors_on_the_same_node_objects_keep_their_rows_and_their_stalls_are_judged_anew():
+    hist, memo = TaskHistory(), {}
+    acts = actors()
+    procs = [ProcStat(pid=201, cpu_percent=5.0, rss_bytes=1 << 30, title="x")]
+    d = data(acts, procs)  # no task runs: every actor idle
+    first = build_snapshot(d, hist, NOW, memo=memo)
+    for dt in (2.0, 4000.0):  # long enough for the idle ranks to be judged stalled, if the rules say so
+        again = build_snapshot(d, hist, NOW + dt, memo=memo)
+        assert again == build_snapshot(d, hist, NOW + dt)
+        by1 = {r.actor_id: r for r in first.actors}
+        for r in again.actors:
+            if not r.stalls:
+                assert r is by1[r.actor_id]
