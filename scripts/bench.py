@@ -251,15 +251,15 @@ def bench_ui(quick: bool) -> list[tuple]:
             idle = child("idle", srv.url, str(secs))
         finally:
             srv.stop()
-        target = {"64": None, "1,024": 50.0, "10,000": 300.0}[label]
+        target = {"64": None, "1,024": 50.0, "10,000": 120.0}[label]
         over = f"{idle['cycles']} cycles, {idle['seconds']:.0f} s"
         rows.append((f"refresh cost per poll cycle, {label} actors (CPU; {over})", f"{idle['cpu_per_cycle_ms']:.0f} ms",
                      f"≤ {target:.0f} ms" if target else "-", None if target is None else idle["cpu_per_cycle_ms"] <= target))
         rows.append((f"steady CPU, {label} actors, default intervals ({over})", f"{idle['steady_cpu_pct']:.1f} % of a core",
                      "≤ 3 %" if label == "1,024" else "-", idle["steady_cpu_pct"] <= 3.0 if label == "1,024" else None))
         rows.append((f"peak RSS, {label} actors", f"{max(r['rss_mb'], idle['rss_mb']):.0f} MB",
-                     "≤ 150 MB" if label == "1,024" else "-",
-                     max(r["rss_mb"], idle["rss_mb"]) <= 150 if label == "1,024" else None))
+                     "≤ 150 MB" if label != "64" else "-",
+                     max(r["rss_mb"], idle["rss_mb"]) <= 150 if label != "64" else None))
         rows.append((f"key latency during refreshes, {label} actors (median / p95 of {r['keys']} keys)",
                      f"{r['key_ms_median']:.0f} / {r['key_ms_p95']:.0f} ms", "≤ 50 ms",
                      r["key_ms_p95"] <= 50))
@@ -274,15 +274,17 @@ def bench_merge() -> list[tuple]:
     n = 4096
     actors = [row(f"a{i}", f"g{i // 512}", i % 512) for i in range(n)]
     samples = {f"a{i}": [sleeping() if i % 512 == 7 else in_collective("all_reduce")] * 2 for i in range(n)}
-    t = []
+    t, cpu = [], []
     for _ in range(5):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         rep = analyse(actors, samples, 0.0)
         lines = render_tree(build_tree({f"g{i // 512}:{i % 512}": r.stack for i, r in enumerate(rep.ranks)}))
         t.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
     assert len(rep.suspects) == 8 and lines
-    ms = statistics.median(t) * 1000
-    return [("stack merge + suspects, 4,096 synthetic ranks (median of 5)", f"{ms:.0f} ms", "≤ 100 ms", ms <= 100)]
+    ms, cpu_ms = statistics.median(t) * 1000, statistics.median(cpu) * 1000
+    return [("stack merge + suspects, 4,096 synthetic ranks (median of 5; wall, CPU)", f"{ms:.0f} ms, CPU {cpu_ms:.0f} ms",
+             "≤ 100 ms", ms <= 100)]
 
 
 def bench_metrics() -> list[tuple]:
@@ -560,7 +562,7 @@ def main() -> int:
                     "dashboard; token from RAY_AUTH_TOKEN or ~/.ray/auth_token)")
     ap.add_argument("--runs", type=int, default=9, help="runs per live figure (default 9)")
     ap.add_argument("--only", choices=("merge", "dump_local", "dump_children", "ui", "processes", "timeline", "live",
-                                       "metrics"),
+                                       "metrics", "doctor"),
                     help="run one measurement")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -574,15 +576,16 @@ def main() -> int:
         return 0
     rows: list[tuple] = []
     start_load = load()
+    from scripts.bench_doctor import bench_doctor
     from scripts.bench_processes import bench_processes
 
     named = {"merge": bench_merge, "dump_local": bench_dump_local, "dump_children": bench_dump_children,
              "ui": lambda: bench_ui(a.quick), "processes": lambda: bench_processes(polls=10 if a.quick else 40),
              "timeline": lambda: bench_timeline(a.quick), "live": lambda: bench_live(a.quick, a.runs),
-             "metrics": bench_metrics}
+             "metrics": bench_metrics, "doctor": lambda: bench_doctor(3 if a.quick else 7)}
     steps = [named[k] for k in ("merge", "dump_local", "dump_children", "ui", "processes", "timeline", "metrics")]
     if not (a.quick or a.no_live):
-        steps.append(named["live"])
+        steps += [named["live"], named["doctor"]]
     if a.only:
         steps = [named[a.only]]
     if a.live:

@@ -390,6 +390,14 @@ def report(dumps: list[dict], dead: dict, tui: list[dict], caps: list[str], real
             doc = (f"{r['doctor']:.2f} s ({r['doctor_own']:.2f} s)" if "doctor" in r else
                    f"failed: {r.get('doctor_error', '?')}")
             lines.append(f"| {r['nodes']} | {r['dashboard']:.2f} s | {r['probe']:.2f} s | {doc} |")
+        lines += ["", "On one machine every raylet's probe worker starts on the same 2 cores, so the probe path and "
+                  "`doctor` grow with the raylets here (a worker process each, ~0.4 s of CPU); on a rack each node "
+                  "starts its own at once. The simulation's probe latencies are those of the 4-raylet run. The probes "
+                  "join with the cluster's own auth mode (its dashboard's `/api/authentication_mode`): a stale "
+                  "`~/.ray/auth_token` no longer turns token auth on against a cluster without it "
+                  "(`tests/integration/test_doctor_plain.py`)."]
+    lines += ["", "The TUI at 10,000 actors (128 nodes and 8,900 more actors) and `doctor` on one and three raylets: "
+              "`python -m scripts.bench --only ui` and `--only doctor`, in [performance.md](performance.md)."]
     return "\n".join(lines) + "\n"
 
 

@@ -362,12 +362,15 @@ async def _dump(args: argparse.Namespace, prefetch: Any = None) -> int:
 
 async def _doctor(args: argparse.Namespace) -> int:
     """Exit 0: the nodes agree and nothing is wrong; 1: a mismatch or a problem; 2: the check could not run."""
-    from verltop.engine.monitor import Monitor
+    from verltop.sources.probe_connect import preload
+
+    preload()  # ray's import, most of joining the cluster, goes on while the dashboard lists the nodes
+    from verltop.engine.doctor import DoctorJob  # the check alone: none of the monitor's polls
     from verltop.sources.config import resolve
+    from verltop.sources.http import DashboardClient
     from verltop.text.doctor import stage_text
 
-    iv, st = _settings(args)
-    mon = Monitor(resolve(args.address), iv, st, use_local=False, transport="stdlib")
+    client = DashboardClient(resolve(args.address), transport="stdlib")
     path = os.path.abspath(os.path.expanduser(args.path)) if args.path else None
     tty = sys.stderr.isatty() and not args.json
 
@@ -381,11 +384,11 @@ async def _doctor(args: argparse.Namespace) -> int:
             sys.stderr.write("\r\x1b[K")
         sys.stderr.flush()
 
-    job = mon.doctor(path, args.node_timeout, progress)
+    job = DoctorJob(client, path, args.node_timeout, progress)
     try:
         report = await job.run()
     finally:
-        await mon.stop()
+        await client.close()
     if report is None:
         raise UserError(job.problem.text if job.problem else "the check could not run")
     if args.json:

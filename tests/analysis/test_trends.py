@@ -74,3 +74,14 @@ def test_sparkline():
     assert spark([None, 5.0, 5.0]) == " ▅▅"  # flat: mid-height, not a wall
     assert spark([100.0, 100.5]) is not None and spark([None]) is None
     assert spark([0.0, 50.0], lo=0.0, hi=100.0) == "▁▅"
+
+
+def test_no_ring_until_something_is_known_and_gone_ones_are_forgotten():
+    tr = Trends()
+    tr.record([sample("a1"), sample("a2", rss=100 * MIB)], T0)
+    assert set(tr.actors) == {"a2"} and tr.trend("a1", T0) is None
+    known = sample("a1", rss=200 * MIB)
+    tr.record([known, sample("a2", rss=100 * MIB)], T0 + BUCKET_S)
+    assert set(tr.actors) == {"a1", "a2"} and known.rss_peak_bytes == 200 * MIB
+    tr.record([sample("a1"), sample("a3")], T0 + 2 * BUCKET_S)  # a2 left; a3 has nothing known
+    assert set(tr.actors) == {"a1"}

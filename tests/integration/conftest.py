@@ -415,7 +415,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     kept."""
     here = [i for i, it in enumerate(items) if Path(str(it.path)).parent == HERE]
     # modules with a cluster of their own (scenario, chains, test_pending_live's pending, the doctor's) go first
-    own = {"scenario_cluster", "chains_cluster", "pending_cluster", "doctor_cluster"}
+    own = {"scenario_cluster", "chains_cluster", "pending_cluster", "doctor_cluster", "plain_doctor_cluster"}
     cluster_of: dict[Path, str] = {}
     for it in items:
         for name in sorted(own & set(getattr(it, "fixturenames", ()))):

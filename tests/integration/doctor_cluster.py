@@ -1,7 +1,10 @@
 """A three-raylet Ray cluster (``ray.cluster_utils.Cluster`` on this machine) whose nodes differ on purpose, for
 ``verltop doctor``; it runs in its own process so that no test process is ever connected to it.
 
-    python tests/integration/doctor_cluster.py STATE_DIR   → one JSON line when ready, then commands on stdin
+    python tests/integration/doctor_cluster.py STATE_DIR [--plain]   → one JSON line when ready, then commands
+                                                                          on stdin
+
+``--plain``: the head alone, without token auth (``RAY_AUTH_MODE=disabled``), as a cluster started without one.
 
 - ``head`` and ``third``: raylets started with ``NCCL_SOCKET_IFNAME=eth0`` (or the first non-loopback
   interface of this machine).
@@ -59,10 +62,15 @@ def fake_dist(root: Path, name: str, version: str) -> Path:
 
 def main() -> None:
     state = Path(sys.argv[1])
+    plain = "--plain" in sys.argv[2:]
     state.mkdir(parents=True, exist_ok=True)
     os.environ.update(SECRETS)
-    os.environ["RAY_AUTH_MODE"] = "token"
-    os.environ["RAY_AUTH_TOKEN"] = TOKEN
+    if plain:
+        os.environ["RAY_AUTH_MODE"] = "disabled"
+        os.environ.pop("RAY_AUTH_TOKEN", None)
+    else:
+        os.environ["RAY_AUTH_MODE"] = "token"
+        os.environ["RAY_AUTH_TOKEN"] = TOKEN
     os.environ.pop("RAY_ADDRESS", None)
     import ray
     from ray.cluster_utils import Cluster
@@ -87,16 +95,17 @@ def main() -> None:
         "_system_config": {"health_check_period_ms": 1000, "health_check_timeout_ms": 5000,
                            "health_check_failure_threshold": 5, "health_check_initial_delay_ms": 1000},
     })
-    env_for("lo", str(fake_dist(state / "odd-site", "transformers", ODD_TRANSFORMERS)))
-    os.environ[PTRACE_DENIED_ENV] = "1"  # answers as a pod without SYS_PTRACE (none can be made here for real)
-    odd = cluster.add_node(num_cpus=2, resources={"n_odd": 10})
-    env_for(iface)
-    third = cluster.add_node(num_cpus=2, resources={"n_third": 10})
+    nodes = {"head": cluster.head_node}
+    if not plain:
+        env_for("lo", str(fake_dist(state / "odd-site", "transformers", ODD_TRANSFORMERS)))
+        os.environ[PTRACE_DENIED_ENV] = "1"  # answers as a pod without SYS_PTRACE (none can be made here for real)
+        nodes["odd"] = cluster.add_node(num_cpus=2, resources={"n_odd": 10})
+        env_for(iface)
+        nodes["third"] = cluster.add_node(num_cpus=2, resources={"n_third": 10})
     os.environ.clear()
     os.environ.update(base)
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
-    nodes = {"head": cluster.head_node, "odd": odd, "third": third}
     job = ray.remote(num_cpus=0)(Job)
     actors = [job.options(resources={f"n_{k}": 1}, runtime_env={"env_vars": {**SECRETS, **JOB_NCCL}}).remote()
               for k in nodes]

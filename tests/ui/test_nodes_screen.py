@@ -51,6 +51,9 @@ class LocalRunner:
         list(node_ids)
         return None
 
+    def start(self, node_ids) -> None:
+        list(node_ids)
+
     @property
     def nodes(self) -> dict[str, RayNode]:
         return {nid: RayNode(nid, True, ip, "host", "/tmp/ray/session_test", 0.0) for nid, ip in zip(IDS, IPS, strict=True)}

@@ -5,7 +5,8 @@ An actor is sampled once per bucket (``BUCKET_S``: the node agents report every 
 no sample (no snapshot was built: nothing changed) reads as the value before it. Growth is the least-squares
 slope over the samples in the ring, kept as running sums, so a sample costs the same at any ring size and a
 snapshot between buckets only updates the high-water marks. At 1,000 actors: ~3 ms per bucket, ~1 ms per
-snapshot, 3 KB per actor.
+snapshot, 3 KB per actor; an actor of which nothing is known yet (no GPU, its node's workers not read) has no
+ring until something is.
 """
 
 from __future__ import annotations
@@ -113,6 +114,9 @@ class Trends:
             t = self.actors.get(a.actor_id)
             if a.state == "ALIVE":
                 if t is None:
+                    if (a.gpu_util_percent is None and a.gpu_mem_bytes is None and a.rss_bytes is None
+                            and a.gpu_power_w is None):
+                        continue  # nothing known of it yet (its node's workers not read): no ring (3 KB)
                     t = self.actors[a.actor_id] = ActorTrend(b, hash(a.actor_id) % (BUCKETS // SPARK_CELLS))
                 if b > t.last:
                     _sample(t, b, a)
@@ -123,7 +127,7 @@ class Trends:
             if t is not None:  # a dead actor keeps its marks: they say what it reached
                 a.gpu_mem_peak_bytes, a.rss_peak_bytes, a.trend = t.peak_gpu, t.peak_rss, t.spark
                 a.gpu_mem_growth_bytes_per_min, a.rss_growth_bytes_per_min = t.growth["gpu_mem"], t.growth["rss"]
-        if len(seen) != len(self.actors):
+        if len(self.actors) > len(seen) or any(k not in seen for k in self.actors):
             for aid in [k for k in self.actors if k not in seen]:
                 del self.actors[aid]
 

@@ -127,6 +127,7 @@ class DoctorJob:
         if problem is not None:
             self._fail(problem)
             return None
+        runner.start(n.node_id for n in alive)  # every probe's worker starts now, in parallel
         notes = (f"{dead} dead node(s) listed by the dashboard were not checked",) if dead else ()
         prof = await profiling
         note = profiling_note(prof.value if prof.ok else None)
@@ -153,17 +154,13 @@ class DoctorJob:
         rn = runner.nodes.get(n.node_id)
         base = NodeFacts(n.node_id, n.ip or (rn.ip if rn else None), n.hostname or (rn.hostname if rn else None),
                          n.is_head, rn.gpus if rn else 0.0)
-        # the node's own parts stop in time to be reported, within the node's timeout (worker start included)
-        facts, err = await runner.call(n.node_id, self.node_timeout_s, node_check.collect,
-                                       rn.session_dir if rn else None, max(3.0, self.node_timeout_s * 0.6))
+        # the node's own parts stop in time to be reported, within the node's timeout (worker start included);
+        # the clock is read meanwhile (its best round trip of the samples counts: the first waits for the probe)
+        (facts, err), best = await asyncio.gather(
+            runner.call(n.node_id, self.node_timeout_s, node_check.collect, rn.session_dir if rn else None,
+                        max(3.0, self.node_timeout_s * 0.6)),
+            self._clock(n.node_id))
         if err is None:
-            best: tuple[float, float] | None = None  # (rtt, offset against this machine)
-            for _ in range(CLOCK_SAMPLES):
-                t0 = self.clock()
-                tp, e = await runner.call(n.node_id, self.node_timeout_s, node_check.now)
-                t1 = self.clock()
-                if e is None and (best is None or t1 - t0 < best[0]):
-                    best = (t1 - t0, tp - (t0 + t1) / 2)
             base = replace(base, facts=facts, clock_rtt_s=best[0] if best else None,
                            clock_offset_s=best[1] if best else None)
         else:
@@ -171,6 +168,22 @@ class DoctorJob:
         self.done += 1
         self._emit("probe", base.ip)
         return base
+
+    async def _clock(self, node_id: str) -> tuple[float, float] | None:
+        """(round trip, offset against this machine) of the fastest of ``CLOCK_SAMPLES`` reads of the node's
+        clock after the first (which waits for the probe to start), or None when none came back."""
+        best: tuple[float, float] | None = None
+        for i in range(CLOCK_SAMPLES + 1):
+            t0 = self.clock()
+            tp, e = await self.runner.call(node_id, self.node_timeout_s, node_check.now)
+            t1 = self.clock()
+            if e is not None:
+                if i == 0:
+                    return None  # no probe there: collect says why
+                continue
+            if i and (best is None or t1 - t0 < best[0]):
+                best = (t1 - t0, tp - (t0 + t1) / 2)
+        return best
 
     async def _shared_dir(self, facts: list[NodeFacts], path: str) -> list[NodeFacts]:
         """Every node writes a file there; every other node reads it back; each removes its own."""

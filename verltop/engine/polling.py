@@ -134,6 +134,7 @@ class PollState(Engine):
         self.tasks_truncated: str | None = None  # the running tasks' list: cut at Ray's limit, or events lost
         self.seeded = False
         self._actor_cache: dict[str, RawActor] = {}
+        self._row_memo: dict = {}  # build_snapshot's rows of the last build, reused where nothing changed
         self._actor_detail_at: float | None = None
         self._task_starts: dict[str, float] = {}
         self._task_objs: dict[str, RawTask] = {}

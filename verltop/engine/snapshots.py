@@ -65,7 +65,7 @@ class SnapshotBuilding(PollState):
 
     def _build(self, data: ClusterData, now: float) -> Snapshot:
         """The joined view, with the step timeline, the trends' marks and the pending work."""
-        snap = build_snapshot(data, self.hist, now, self.stall)
+        snap = build_snapshot(data, self.hist, now, self.stall, self._row_memo)
         self.trends.record(snap.actors, now)
         actors = {a.actor_id: a for a in data.actors}
         steps = self.timeline.steps(now, snap.actors)

@@ -66,6 +66,7 @@ def complete(r: Result) -> bool:
 async def _get_parsed(
     client: DashboardClient, path: str, params: list[tuple[str, str]] | None, timeout_s: float,
     parser: Callable[[Any, float], tuple[Any, str | None]], memo_key: str | None = None,
+    decode: Callable[[bytes], Any] = parse.loads,
 ) -> Result:
     """GET ``path``, parse its JSON with ``parser(doc, now) -> (value, note)``; one-line errors.
 
@@ -82,7 +83,7 @@ async def _get_parsed(
             value, note = last[1]  # type: ignore[misc]
             return Result(value, None, now, reply.elapsed_s, note, unchanged=True)
     try:
-        value, note = parser(parse.loads(reply.body or b""), now)
+        value, note = parser(decode(reply.body or b""), now)
     except parse.ParseError as e:
         return Result(None, Problem("bad_answer", str(e)), now, reply.elapsed_s)
     if memo_key is not None and reply.body is not None:
@@ -217,8 +218,9 @@ async def fetch_profiling_enabled(client: DashboardClient, timeout_s: float = 5.
 
 
 async def fetch_nodes_summary(client: DashboardClient, timeout_s: float = 10.0) -> Result[list[Node]]:
+    # read a node at a time: the answer is mostly each worker's stats, which this does not use
     return await _get_parsed(client, *reads.nodes_summary(), timeout_s,
-                             lambda doc, now: (parse.nodes_summary(doc, now), None))
+                             lambda body, now: (parse.nodes_summary_bytes(body, now), None), decode=bytes)
 
 
 async def fetch_node_detail(client: DashboardClient, node_id: str, timeout_s: float = 10.0) -> Result[Node]:

@@ -463,6 +463,28 @@ def nodes_summary(doc: Any, now: float | None = None) -> list[Node]:
     return [n for n in (node_stats(d, now) for d in summary) if n is not None]
 
 
+def nodes_summary_bytes(body: bytes, now: float | None = None) -> list[Node]:
+    """``nodes_summary`` of the answer as sent, one node parsed at a time (``jsonstream``): at 128 nodes the
+    answer is megabytes of per-worker stats that would otherwise all be Python objects at once. An answer of
+    another shape is parsed whole, whose errors say what is wrong with it."""
+    from verltop.sources.jsonstream import each
+
+    out: list[Node] = []
+
+    def take(d: Any) -> None:
+        n = node_stats(d, now)
+        if n is not None:
+            out.append(n)
+
+    try:
+        top, _ = each(body.decode("utf-8"), ("data", "summary"), take)
+    except ValueError:  # not this shape (an error's answer, a changed schema) or not JSON
+        return nodes_summary(loads(body), now)
+    if top.get("result") is False:
+        return nodes_summary(loads(body), now)
+    return out
+
+
 def node_detail(doc: Any, now: float | None = None) -> Node | None:
     """``/nodes/{id}`` → the node with its worker processes (CPU %, RSS)."""
     detail = _legacy_data(doc).get("detail")

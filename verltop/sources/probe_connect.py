@@ -76,21 +76,8 @@ def connect(address: str, node_ids: Iterable[str]) -> None:
     """``ray.init`` (once per process, in namespace ``verltop-probe``) into the cluster that holds ``node_ids``.
     Raises when it cannot, or when the cluster it found is not the one those node ids come from."""
     import logging
-    import sys
 
-    # Ray turns token auth on by itself only for address="auto" without RAY_ADDRESS; with an explicit
-    # address its GCS refuses us (and its C++ client retries, printing, for the whole timeout). The
-    # token verltop found is in the places Ray's loader reads: say that auth is on (before Ray reads
-    # its config at import).
-    if "RAY_AUTH_MODE" not in os.environ and resolve_token()[0]:
-        os.environ["RAY_AUTH_MODE"] = "token"
-        if "ray" in sys.modules:
-            try:
-                from ray._raylet import Config
-
-                Config.initialize("")
-            except (ImportError, AttributeError):
-                pass
+    _set_auth_mode()
     # RAY_ADDRESS may hold the dashboard's URL (verltop reads it there); ray.init wants the GCS
     if address == "auto" and os.environ.get("RAY_ADDRESS", "").lower().startswith(("http://", "https://")):
         del os.environ["RAY_ADDRESS"]
@@ -103,6 +90,7 @@ def connect(address: str, node_ids: Iterable[str]) -> None:
     # show: they would land in the middle of the TUI or of `verltop dump` output
     logging.getLogger("ray").setLevel(logging.ERROR)
     if not ray.is_initialized():
+        _lean_serialization()
         _fault_handler()
         ray.init(address=address, namespace=NAMESPACE, logging_level="ERROR", log_to_driver=False,
                  configure_logging=False)
@@ -111,6 +99,66 @@ def connect(address: str, node_ids: Iterable[str]) -> None:
     known = {n["NodeID"] for n in ray.nodes()}
     if not set(node_ids) <= known:
         raise RuntimeError("the Ray cluster on this machine is not the dashboard's cluster")
+
+
+AUTH_PATH = "/api/authentication_mode"
+
+
+def cluster_auth_mode(dashboard_url: str, timeout_s: float = 3.0) -> str | None:
+    """``"token"`` or ``"disabled"``, as the cluster's dashboard says (``GET /api/authentication_mode``, public
+    in Ray 2.60: the mode its head process runs with), or None when it does not say. A dashboard without that
+    endpoint (404) is a Ray from before token auth: disabled."""
+    import json
+
+    from verltop.sources import wire
+
+    assert wire.allowed(AUTH_PATH)
+    status, body, _, err = wire.get(dashboard_url, AUTH_PATH, None, wire.headers(None), timeout_s)
+    if err is not None or status is None:
+        return None
+    if status == 404:
+        return "disabled"
+    if status != 200 or body is None:
+        return None
+    try:
+        mode = json.loads(body).get("authentication_mode")
+    except (ValueError, AttributeError):
+        return None
+    return mode if mode in ("token", "disabled") else None
+
+
+def auth_mode_for(env_mode: str | None, cluster_mode: str | None, have_token: bool) -> str | None:
+    """The ``RAY_AUTH_MODE`` this process joins with, as Ray 2.60 decides it: what the user set wins; else the
+    cluster's own mode; only when the cluster does not say, token auth when a token is at hand (as before).
+    None: leave Ray's default."""
+    if env_mode is not None:
+        return None  # set already: Ray reads it
+    if cluster_mode is not None:
+        return cluster_mode
+    return "token" if have_token else None
+
+
+def _set_auth_mode() -> None:
+    """Say the cluster's auth mode before Ray reads its config. Ray itself turns token auth on for
+    address="auto" whenever a token file exists, and never for an explicit address: against a cluster without
+    auth the first kills the probes (its workers cannot call back into a driver that wants a token), against one
+    with auth the second is refused (its C++ client retrying, printing, for the whole timeout)."""
+    import sys
+
+    env = os.environ.get("RAY_AUTH_MODE")
+    cluster = cluster_auth_mode(_DASHBOARD[0]) if env is None and _DASHBOARD else None
+    mode = auth_mode_for(env, cluster, env is None and cluster is None and resolve_token()[0] is not None)
+    _imported()  # ray, when preload() is importing it: never two threads in one package's import
+    if mode is None:
+        return
+    os.environ["RAY_AUTH_MODE"] = mode
+    if "ray" in sys.modules:
+        try:
+            from ray._raylet import Config
+
+            Config.initialize("")
+        except (ImportError, AttributeError):
+            pass
 
 
 def _gcs_reachable(address: str, timeout_s: float = 3.0) -> None:
@@ -132,6 +180,47 @@ def _gcs_reachable(address: str, timeout_s: float = 3.0) -> None:
     except (OSError, ValueError) as e:
         why = getattr(e, "strerror", None) or str(e) or type(e).__name__
         raise RuntimeError(f"nothing answers at the Ray cluster's GCS address {gcs} ({why})") from None
+
+
+def preload() -> None:
+    """Import ray now, in a daemon thread, while the caller does its other start-up work (reads the dashboard):
+    most of joining the cluster is ray's import. The auth mode said later still holds (``_set_auth_mode``
+    re-reads Ray's config once ray is imported)."""
+    def run() -> None:
+        try:
+            import ray
+            import ray.util.scheduling_strategies  # noqa: F401
+        except Exception:  # noqa: BLE001 - connect() imports it again and says why
+            pass
+
+    t = threading.Thread(target=run, name="verltop-ray-import", daemon=True)
+    _PRELOAD.append(t)
+    t.start()
+
+
+_PRELOAD: list[threading.Thread] = []
+
+
+def _imported() -> None:
+    """Wait for ``preload``'s import of ray (a second thread importing the same package could see it half done)."""
+    for t in list(_PRELOAD):
+        t.join()
+
+
+def _no_addons(context: Any) -> None:
+    return None
+
+
+def _lean_serialization() -> None:
+    """On its first remote call a driver registers Ray's serializers for pydantic models, Starlette state and
+    Arrow data, importing pydantic, pyarrow and numpy: a fifth of a second before the first probe can even be
+    created. verltop's driver sends plain functions and lists to its probes and gets dicts and strings back,
+    none of those kinds, so it skips that registration (its own process only; the probes are untouched)."""
+    try:
+        from ray.util import serialization_addons
+    except ImportError:
+        return
+    serialization_addons.apply = _no_addons
 
 
 _DEVNULL: list[Any] = []

@@ -26,11 +26,20 @@ class NodeRunner:
         self._actors: dict[str, Any] = {}
         self._nodes: dict[str, RayNode] = {}
         self._watch: asyncio.Task | None = None
+        self._joined = False
 
     async def connect(self, node_ids: Iterable[str]) -> Problem | None:
-        """Join the cluster (``ray.init`` in a daemon thread); the problem when that is not possible."""
+        """Join the cluster (``ray.init`` in a daemon thread); the problem when that is not possible. Once joined,
+        only checks that ``node_ids`` are nodes of the cluster joined (the GCS is asked again only when not)."""
         ids = list(node_ids)
         remedy = "run verltop on a node of the cluster (the head), or set RAY_ADDRESS to its GCS address (host:6379)"
+        if self._joined:
+            if not set(ids) <= set(self._nodes):
+                await self._refresh()
+            if not set(ids) <= set(self._nodes):
+                return Problem("probe", "cannot start the probes: the Ray cluster on this machine is not the "
+                               "dashboard's cluster", remedy)
+            return None
         try:
             await asyncio.wait_for(in_daemon_thread(connect, self.address, ids), self.connect_timeout_s)
         except asyncio.TimeoutError:
@@ -41,7 +50,15 @@ class NodeRunner:
         except Exception as e:  # noqa: BLE001 - ray raises many kinds; all mean "no probe"
             return Problem("probe", f"cannot start the probes: {one_line(e, 160)}", remedy)
         self._nodes = await asyncio.to_thread(ray_nodes)
+        self._joined = True
         return None
+
+    def start(self, node_ids: Iterable[str]) -> None:
+        """Start the probes of ``node_ids`` now, all at once: their workers start in parallel while the first
+        calls are being prepared (a worker's start is most of a call's first answer)."""
+        for nid in node_ids:
+            if self._left(nid) is None:
+                self._actor(nid)
 
     @property
     def nodes(self) -> dict[str, RayNode]:

@@ -11,7 +11,7 @@ from textual.binding import Binding
 
 from verltop.analysis.marks import SuspectMark, suspect_marks
 from verltop.engine import Engine
-from verltop.engine.heap import HeapTrim
+from verltop.engine.heap import HeapTrim, settle_gc
 from verltop.model import DumpReport, Snapshot
 
 
@@ -82,6 +82,8 @@ class VerltopApp(App):
             self.snapshot = snap  # what is on screen now
             self.last_layout_ms = (time.perf_counter() - t0) * 1000
             self.snapshots_shown += 1
+        if self.snapshots_shown == 2:  # past the first frame: the collection below does not delay it
+            settle_gc()
         self._heap.tick()
 
     async def show_now(self) -> None:

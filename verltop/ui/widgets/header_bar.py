@@ -40,6 +40,15 @@ def playback_item(p: Playback) -> Text:
     return t
 
 
+_STALLED: list = [None, 0]  # the last snapshot's rows and how many are stalled: the header redraws every second
+
+
+def _stalled(actors: tuple) -> int:
+    if _STALLED[0] is not actors:
+        _STALLED[:] = [actors, sum(1 for a in actors if a.stalls)]
+    return _STALLED[1]
+
+
 def header_items(s: Snapshot | None, paused: bool, problem: Problem | None = None, now: float | None = None,
                  playback: Playback | None = None, narrow: bool = False, note: bool = True) -> list[list[Text]]:
     """The header's items, in rows that are kept apart: identity and counts; load, phase and progress;
@@ -70,7 +79,7 @@ def header_items(s: Snapshot | None, paused: bool, problem: Problem | None = Non
         g.append_text(bar(sum(utils) / len(utils), 8, "gpu"))
     first.append(g)
     actors = _item(("actors ", "bold"), (str(len(s.actors)), ""))
-    stalled = sum(1 for a in s.actors if a.stalled)
+    stalled = _stalled(s.actors)
     if stalled:
         actors.append(f"  {stalled} stalled", style="bold red")
     first.append(actors)

@@ -1,0 +1,63 @@
+"""Rows reused between builds: an actor whose inputs did not change keeps its row object; one whose state,
+process figures or task changed is built again; the snapshot is the same as built without the memo."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from verltop.analysis.history import TaskHistory
+from verltop.analysis.snapshot_build import ClusterData, build_snapshot
+from verltop.model import Node, ProcStat, RawActor, RawTask
+
+NOW = 1_800_000_000.0
+ENV = (("RANK", "0"), ("WORLD_SIZE", "2"), ("WG_PREFIX", "abc"))
+
+
+def actors() -> list[RawActor]:
+    out = [RawActor(actor_id=f"w{i}", class_name="abcWorkerDict", state="ALIVE", name=f"abcWorkerDict_0:{i}",
+                    node_id="n1", pid=100 + i, env=(("RANK", str(i)), ("WORLD_SIZE", "2"), ("WG_PREFIX", "abc")))
+           for i in range(2)]
+    out += [RawActor(actor_id=f"x{i}", class_name="Filler", state="ALIVE", name=None, node_id="n1", pid=200 + i)
+            for i in range(3)]
+    return out
+
+
+def data(acts, procs=(), tasks=()) -> ClusterData:
+    node = Node("n1", "10.0.0.1", "h1", is_head=True, mem_total_bytes=1 << 36, procs=tuple(procs))
+    return ClusterData(address="x", actors=tuple(acts), tasks=tuple(tasks), nodes=(node,))
+
+
+def test_unchanged_actors_keep_their_rows_and_changed_ones_are_rebuilt():
+    hist, memo = TaskHistory(), {}
+    acts = actors()
+    task = RawTask("t1", "update", "WorkerDict.update", "RUNNING", "w0", "n1", 100, (NOW - 30) * 1000)
+    procs = [ProcStat(pid=201, cpu_percent=5.0, rss_bytes=1 << 30, title="x")]
+    first = build_snapshot(data(acts, procs, [task]), hist, NOW, memo=memo)
+    assert set(memo) == {a.actor_id for a in acts}
+    acts2 = [*acts[:3], replace(acts[3], state="DEAD"), acts[4]]  # x1 died
+    procs2 = [ProcStat(pid=201, cpu_percent=50.0, rss_bytes=1 << 30, title="x")]  # x1's figures changed too
+    d2 = data(acts2, procs2, [task])
+    second = build_snapshot(d2, hist, NOW + 2, memo=memo)
+    by1 = {r.actor_id: r for r in first.actors}
+    by2 = {r.actor_id: r for r in second.actors}
+    assert by2["x0"] is by1["x0"] and by2["x2"] is by1["x2"] and by2["w1"] is by1["w1"]
+    assert by2["w0"] is not by1["w0"] and by2["w0"].task_running_s == 32.0  # its task runs on: a new age
+    assert by2["x1"] is not by1["x1"] and by2["x1"].state == "DEAD"
+    assert second == build_snapshot(d2, hist, NOW + 2)  # the same snapshot as without the memo
+    build_snapshot(data(acts2[:2]), hist, NOW + 4, memo=memo)
+    assert set(memo) == {"w0", "w1"}  # actors that left are forgotten
+
+
+def test_idle_actors_on_the_same_node_objects_keep_their_rows_and_their_stalls_are_judged_anew():
+    hist, memo = TaskHistory(), {}
+    acts = actors()
+    procs = [ProcStat(pid=201, cpu_percent=5.0, rss_bytes=1 << 30, title="x")]
+    d = data(acts, procs)  # no task runs: every actor idle
+    first = build_snapshot(d, hist, NOW, memo=memo)
+    for dt in (2.0, 4000.0):  # long enough for the idle ranks to be judged stalled, if the rules say so
+        again = build_snapshot(d, hist, NOW + dt, memo=memo)
+        assert again == build_snapshot(d, hist, NOW + dt)
+        by1 = {r.actor_id: r for r in first.actors}
+        for r in again.actors:
+            if not r.stalls:
+                assert r is by1[r.actor_id]
