@@ -11,7 +11,9 @@ times are Unix seconds; unknown values are null, lists empty, never absent. ``ki
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import os
 import re
 import shutil
@@ -21,6 +23,9 @@ from typing import Any
 
 from verltop.analysis.chains import group_chains
 from verltop.analysis.merge import compact_labels
+from verltop.engine import recording_format as rf
+from verltop.engine.recording_format import SEGMENTS
+from verltop.engine.recording_reader import Recording, export_window
 from verltop.model import DumpReport, Snapshot
 from verltop.text.cells import utc_stamp, utc_time
 from verltop.text.chains import chain_text
@@ -152,3 +157,24 @@ def prune_incidents(root: Path, keep: int) -> list[str]:
         shutil.rmtree(p, ignore_errors=True)
         gone.append(p.name)
     return gone
+
+
+async def write_with_recording(inc: Any, recorder: Any, watch_dir: Path, t0: float, t1: float) -> None:
+    """The recording of ``[t0, t1]`` from the watch's segments into the incident's directory, then its files
+    (``incident.json`` names the recording). A recording that cannot be written is logged; the files still are."""
+    if recorder is not None:
+        await asyncio.to_thread(recorder.flush)
+
+    def export() -> int:
+        make_dir(inc.dir)
+        rec = Recording.open(watch_dir / SEGMENTS, since=t0)
+        try:
+            return export_window(rec, inc.dir / "recording.vtr", t0, t1, inc.meta())
+        finally:
+            rec.close()
+
+    try:
+        inc.recording_bytes = await asyncio.to_thread(export)
+    except (OSError, rf.RecordingError) as e:
+        logging.getLogger("verltop.watch").error("incident %s: cannot write its recording: %s", inc.id, e)
+    await asyncio.to_thread(inc.write)

@@ -29,11 +29,10 @@ from verltop.codec import to_data
 from verltop.engine import recording_format as rf
 from verltop.engine.dumps import DumpJob
 from verltop.engine.heap import HeapTrim
-from verltop.engine.incident import Incident, incident_dir, make_dir, prune_incidents
+from verltop.engine.incident import Incident, incident_dir, prune_incidents, write_with_recording
 from verltop.engine.monitor import Monitor
 from verltop.engine.notify import post_webhook, run_hook, scrub
 from verltop.engine.recording_format import SEGMENTS
-from verltop.engine.recording_reader import Recording, export_window
 from verltop.engine.recording_writer import Limits, Recorder, RecordingWriter
 from verltop.engine.watch_memory import MemoryIncidents
 from verltop.engine.watch_training import TrainingIncidents
@@ -345,24 +344,11 @@ class Watcher:
         """The recording around the incident, then its files (incident.json names the recording)."""
         cfg = self.cfg
         assert self.recorder is not None
-        await asyncio.to_thread(self.recorder.flush)
         t0 = (inc.started_at if inc.started_at is not None else inc.detected_at) - cfg.before_s
         t1 = min(time.time(), max(inc.last_event_at, inc.detected_at) + cfg.after_s)
         if inc.closed_at is not None:
             t1 = min(t1, inc.closed_at + 5)
-        try:
-            inc.recording_bytes = await asyncio.to_thread(self._export, inc, t0, t1)
-        except (OSError, rf.RecordingError) as e:
-            log.error("incident %s: cannot write its recording: %s", inc.id, e)
-        await asyncio.to_thread(inc.write)
-
-    def _export(self, inc: Incident, t0: float, t1: float) -> int:
-        make_dir(inc.dir)
-        rec = Recording.open(self.cfg.dir / SEGMENTS, since=t0)
-        try:
-            return export_window(rec, inc.dir / "recording.vtr", t0, t1, inc.meta())
-        finally:
-            rec.close()
+        await write_with_recording(inc, self.recorder, cfg.dir, t0, t1)
 
     def _record_incident(self, inc: Incident, stage: str) -> None:
         assert self.recorder is not None

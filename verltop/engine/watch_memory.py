@@ -20,7 +20,6 @@ hang's (stdout, the watch log, ``--on-incident``, ``--webhook``). No stacks are 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -30,9 +29,7 @@ from typing import Any
 
 from verltop.analysis.memory_view import low_headroom
 from verltop.engine import recording_format as rf
-from verltop.engine.incident import incident_dir, make_dir, write_atomic
-from verltop.engine.recording_format import SEGMENTS
-from verltop.engine.recording_reader import Recording, export_window
+from verltop.engine.incident import incident_dir, make_dir, write_atomic, write_with_recording
 from verltop.model import ActorRow, Snapshot
 from verltop.model.memory import Headroom, MemoryView, OomVerdict
 from verltop.text.contract import headroom_json, memory_json, oom_json
@@ -196,24 +193,9 @@ class MemoryIncidents:
         self.w.say(f"incident {inc.id} over (memory headroom back above the line)")
 
     async def _write(self, inc: MemoryIncident) -> None:
-        rec = self.w.recorder
-        if rec is not None:
-            await asyncio.to_thread(rec.flush)
         t0 = inc.detected_at - self.w.cfg.before_s
         t1 = min(time.time(), (inc.closed_at or inc.detected_at) + 5)
-        try:
-            inc.recording_bytes = await asyncio.to_thread(self._export, inc, t0, t1)
-        except (OSError, rf.RecordingError) as e:
-            log.error("incident %s: cannot write its recording: %s", inc.id, e)
-        await asyncio.to_thread(inc.write)
-
-    def _export(self, inc: MemoryIncident, t0: float, t1: float) -> int:
-        make_dir(inc.dir)
-        r = Recording.open(self.w.cfg.dir / SEGMENTS, since=t0)
-        try:
-            return export_window(r, inc.dir / "recording.vtr", t0, t1, inc.meta())
-        finally:
-            r.close()
+        await write_with_recording(inc, self.w.recorder, self.w.cfg.dir, t0, t1)
 
     def _record(self, inc: MemoryIncident, stage: str) -> None:
         if self.w.recorder is not None:

@@ -11,7 +11,6 @@ null | {"step", "metric", "kind", "value", "baseline", "detail"}, "slow_rank": n
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -21,9 +20,7 @@ from typing import Any
 
 from verltop.analysis.episodes import Episode, EpisodeTracker
 from verltop.engine import recording_format as rf
-from verltop.engine.incident import incident_dir, make_dir, write_atomic
-from verltop.engine.recording_format import SEGMENTS
-from verltop.engine.recording_reader import Recording, export_window
+from verltop.engine.incident import incident_dir, make_dir, write_atomic, write_with_recording
 from verltop.model import Snapshot, TrainingView
 from verltop.text.contract import slow_rank_json, training_json
 from verltop.text.training import episode_summary
@@ -105,24 +102,9 @@ class TrainingIncidents:
         self.w.say(f"incident {inc.id} over ({ep.kind}, {ep.count} time{'s' if ep.count != 1 else ''})")
 
     async def _write(self, inc: TrainingIncident) -> None:
-        rec = self.w.recorder
-        if rec is not None:
-            await asyncio.to_thread(rec.flush)
         t0 = inc.detected_at - self.w.cfg.before_s
         t1 = min(time.time(), (inc.closed_at or inc.detected_at) + 5)
-        try:
-            inc.recording_bytes = await asyncio.to_thread(self._export, inc, t0, t1)
-        except (OSError, rf.RecordingError) as e:
-            log.error("incident %s: cannot write its recording: %s", inc.id, e)
-        await asyncio.to_thread(inc.write)
-
-    def _export(self, inc: TrainingIncident, t0: float, t1: float) -> int:
-        make_dir(inc.dir)
-        r = Recording.open(self.w.cfg.dir / SEGMENTS, since=t0)
-        try:
-            return export_window(r, inc.dir / "recording.vtr", t0, t1, inc.meta())
-        finally:
-            r.close()
+        await write_with_recording(inc, self.w.recorder, self.w.cfg.dir, t0, t1)
 
     def _record(self, inc: TrainingIncident, stage: str) -> None:
         if self.w.recorder is not None:
