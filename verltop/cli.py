@@ -322,7 +322,7 @@ def _prefetch(args: argparse.Namespace) -> Any:
 
 
 async def _dump(args: argparse.Namespace, prefetch: Any = None) -> int:
-    from verltop.engine import oneshot
+    from verltop.engine import oneshot, oneshot_dump
     from verltop.sources.pyspy import DumpOptions
 
     opts = DumpOptions(native=args.native, nonblocking=args.nonblocking, samples=args.samples,
@@ -333,8 +333,8 @@ async def _dump(args: argparse.Namespace, prefetch: Any = None) -> int:
     if args.output and os.path.exists(args.output) and not args.force:
         raise UserError(f"{args.output} exists; use --force to overwrite it")
     try:
-        report = await oneshot.dump(_monitor(args, nvml=None, prefetch=prefetch), args.group, opts,
-                                    use_logs=not args.no_logs)
+        report = await oneshot_dump.dump(_monitor(args, nvml=None, prefetch=prefetch), args.group, opts,
+                                         use_logs=not args.no_logs)
     except oneshot.OneShotError as e:
         raise UserError(str(e)) from None
     if args.output:

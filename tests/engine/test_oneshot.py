@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from tests.analysis.helpers import row
 from verltop.analysis.dump import dump_targets
-from verltop.engine.oneshot import candidates, colocated_groups
+from verltop.engine.oneshot_dump import candidates, colocated_groups
 
 
 def _rows():
@@ -50,7 +50,7 @@ def test_dump_prefetches_exactly_the_reads_the_dump_makes(monkeypatch):
     from verltop.analysis.stalls import StallSettings
     from verltop.engine import oneshot
     from verltop.engine.monitor import Intervals
-    from verltop.engine.oneshot import QuickDump
+    from verltop.engine.oneshot_dump import QuickDump
     from verltop.engine.prefetch import dump_reads
     from verltop.sources.config import Endpoint
     from verltop.sources.http import DashboardClient

@@ -19,10 +19,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from verltop.analysis.roles import phase_of_method
-from verltop.model import ActorRow, Death, RawTask, Step
+from verltop.model import ActorRow, RawTask, Step
 from verltop.model.memory import MemoryView, OomVerdict, PhaseMemory
+
+if TYPE_CHECKING:
+    from verltop.model import Death
 
 # torch.OutOfMemoryError / torch.cuda.OutOfMemoryError and the allocator's own words; cuBLAS and NCCL say it
 # their way

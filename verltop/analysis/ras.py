@@ -10,18 +10,12 @@ can). A rank whose process stopped answering (SIGSTOP, death) is listed as missi
 from __future__ import annotations
 
 from collections import Counter
+from typing import TYPE_CHECKING
 
-from verltop.model import (
-    ActorRow,
-    RankDump,
-    RasComm,
-    RasFinding,
-    RasRank,
-    RasReport,
-    Stall,
-    Suspect,
-    SuspectWhy,
-)
+from verltop.model import ActorRow, RasComm, RasFinding, RasRank, RasReport, Stall
+
+if TYPE_CHECKING:
+    from verltop.model import RankDump, Suspect
 
 # RAS's collective type names → torch.distributed's
 OP_NAMES = {"AllReduce": "all_reduce", "AllGather": "all_gather", "ReduceScatter": "reduce_scatter",
@@ -92,6 +86,8 @@ def suspects(found: list[RasFinding], ranks: list[RankDump]) -> list[Suspect]:
     """Ranks RAS says are behind or missing, as suspects (strongest first). A rank that is behind on a
     communicator whose other ranks are all ahead is the classic straggler."""
     actors = [r.actor for r in ranks]
+    from verltop.model import Suspect, SuspectWhy  # a dump's types: a snapshot's RAS stalls never load them
+
     out: list[Suspect] = []
     seen: Counter[str] = Counter()
     for f in found:

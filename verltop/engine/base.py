@@ -8,16 +8,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from verltop.model import DumpReport, ObjectStoreReport, Problem, Snapshot
+from verltop.model import Problem, Snapshot
 
 if TYPE_CHECKING:
     from verltop.engine.doctor import DoctorJob
     from verltop.engine.doctor import ProgressFn as DoctorProgressFn
     from verltop.engine.dumps import DumpJob, ProgressFn
+    from verltop.model import DumpReport, ObjectStoreReport
     from verltop.sources.pyspy import DumpOptions
 
 Subscriber = Callable[[Snapshot], None]
-DumpSubscriber = Callable[[DumpReport, "str | None"], None]
+DumpSubscriber = Callable[["DumpReport", "str | None"], None]
 
 
 @dataclass(frozen=True, slots=True)

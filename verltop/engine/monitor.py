@@ -16,10 +16,8 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING
 
-from verltop.analysis.dump import dump_targets
 from verltop.convert import one_line
 from verltop.engine import nccl_ras
-from verltop.engine.dumps import DumpJob, DumpProgress, ProgressFn
 from verltop.engine.poll_actors import ActorPolls
 from verltop.engine.poll_history import HistoryPolls
 from verltop.engine.poll_local import LocalPolls
@@ -28,13 +26,15 @@ from verltop.engine.poll_tasks import TaskPolls
 from verltop.engine.poll_training import TRAINING_EVERY_S, TrainingPolls
 from verltop.engine.polling import FIRST_FRAME_GRACE_S, ROLES_EVERY_S, Intervals, SourceState
 from verltop.engine.snapshots import SnapshotBuilding
-from verltop.model import ActorRow, ObjectStoreReport, Problem, Snapshot
+from verltop.model import ActorRow, Problem, Snapshot
 from verltop.sources import dashboard as D
-from verltop.sources.pyspy import DumpOptions
 
 if TYPE_CHECKING:
     from verltop.engine.doctor import DoctorJob
     from verltop.engine.doctor import ProgressFn as DoctorProgressFn
+    from verltop.engine.dumps import DumpJob, DumpProgress, ProgressFn
+    from verltop.model import ObjectStoreReport
+    from verltop.sources.pyspy import DumpOptions
 
 __all__ = ["Intervals", "Monitor", "SourceState"]
 
@@ -116,6 +116,10 @@ class Monitor(ActorPolls, TaskPolls, HistoryPolls, NodePolls, LocalPolls, Traini
              on_progress: ProgressFn | None = None, use_logs: bool = True,
              refresh_rows: Callable[[], Awaitable[dict[str, ActorRow]]] | None = None,
              native_ids: frozenset[str] = frozenset()) -> DumpJob:
+        # the dump's machinery is imported when first used: a one-shot `snapshot` never pays for it
+        from verltop.analysis.dump import dump_targets
+        from verltop.engine.dumps import DumpJob
+
         def progress(p: DumpProgress) -> None:
             if p.stage == "done" and p.report is not None:
                 self._publish_dump(p.report, scope)  # a recording keeps it
@@ -248,37 +252,44 @@ class Monitor(ActorPolls, TaskPolls, HistoryPolls, NodePolls, LocalPolls, Traini
         can run NCCL (a one-shot command has no earlier snapshot to tell whether something looks stalled).
         ``remote_processes``: the process trees of every other node with actors too, through a probe
         (imports ray)."""
-        jobs = [self._poll_actors(), self._poll_tasks(), self._poll_nodes(), self._poll_pending(force=True),
-                self._poll_waiting()]
-        if seed:
-            jobs.append(self._seed_history())
-        await asyncio.gather(*jobs)
-        if seed:  # a snapshot (not a dump): verl's logged metrics too
-            await self._guarded(self._poll_training, None)
+        # the actors and nodes first: the task reads are joined with them (a task of an actor not yet known
+        # has no role and makes no step), and what follows needs them; then everything else at once (in
+        # series, those round trips were a third of a snapshot's time)
+        await asyncio.gather(self._poll_actors(), self._poll_nodes())
         t0 = time.monotonic()
-        if node_details and cpu_window_s <= 0:  # this machine's actors take the agent's CPU % too: read at once
-            await asyncio.gather(self._poll_local(), self._poll_node_details(all_nodes=True, with_local=True))
-        else:
-            await self._poll_local()
-            if node_details:
-                await self._poll_node_details(all_nodes=True)
+        jobs = [self._poll_tasks(), self._poll_pending(force=True), self._poll_waiting(),
+                self._local_and_details(node_details, cpu_window_s)]
+        if seed:  # a snapshot (not a dump): the finished calls that give usual durations, verl's logged metrics
+            jobs += [self._seed_history(), self._guarded(self._poll_training, None)]
         if ras and self.use_local:
-            addrs = self.ras_addresses(self.snapshot().actors)
-            if addrs:
-                self.ras, self.ras_problems = await nccl_ras.read(addrs, self.iv.timeout_s)
+            jobs.append(self._read_ras())
         remote: list[str] = []
         if remote_processes:
             local = self.local_node_ids()
             remote = sorted({a.node_id for a in self._actors_on(self._known_nodes()) if a.node_id and
                              a.node_id not in local})
             self.remote.ask(remote)
-            await self._read_trees(remote)
-        await self._guarded(self._poll_rollout, None)  # its own /metrics (on other nodes: those asked about)
+            jobs.append(self._read_trees(remote))
+        jobs.append(self._guarded(self._poll_rollout, None))  # its own /metrics (other nodes: those asked about)
+        await asyncio.gather(*jobs)
         if cpu_window_s > 0 and (self.src.local.value is not None or self.remote.trees):
             await asyncio.sleep(max(0.0, cpu_window_s - (time.monotonic() - t0)))
             if self.sampler is not None and self.src.local.value is not None:
                 await self._poll_local(tree_now=True)
             await self._read_trees([n for n in remote if n in self.remote.trees])
+
+    async def _local_and_details(self, node_details: bool, cpu_window_s: float) -> None:
+        if node_details and cpu_window_s <= 0:  # this machine's actors take the agent's CPU % too: read at once
+            await asyncio.gather(self._poll_local(), self._poll_node_details(all_nodes=True, with_local=True))
+        else:
+            await self._poll_local()
+            if node_details:
+                await self._poll_node_details(all_nodes=True)
+
+    async def _read_ras(self) -> None:
+        addrs = self.ras_addresses(self.snapshot().actors)
+        if addrs:
+            self.ras, self.ras_problems = await nccl_ras.read(addrs, self.iv.timeout_s)
 
     # ---------------------------------------------------------- individual sources
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
 
 from verltop.analysis.roles import base_role
 from verltop.model import RawActor, RolloutLoad
@@ -36,7 +35,6 @@ class RolloutWatch:
         # actor id -> (pid, address or None, when looked, why not found)
         self._where: dict[str, tuple[int, str | None, float, str]] = {}
         self._sem = asyncio.Semaphore(max_inflight)
-        self._session: Any = None
         self.reads = 0  # GETs sent (tests, benchmarks)
 
     @staticmethod
@@ -54,10 +52,6 @@ class RolloutWatch:
             self._where.pop(aid, None)
         if not servers:
             return changed
-        if self._session is None:
-            import aiohttp
-
-            self._session = aiohttp.ClientSession()
         remote = await self._find_remote([a for a in servers if a.node_id not in local and self._due(a, now)])
         rows = await asyncio.gather(*(self._read(a, a.node_id in local, node_ips.get(a.node_id or ""), now,
                                                  remote.get(a.actor_id)) for a in servers))
@@ -128,7 +122,7 @@ class RolloutWatch:
     async def _get(self, addr: str) -> tuple[str | None, str | None]:
         async with self._sem:
             self.reads += 1
-            return await R.get_metrics(self._session, addr, self.timeout_s)
+            return await R.get_metrics(addr, self.timeout_s)
 
     def _load(self, a: RawActor, addr: str, m: R.EngineMetrics, now: float) -> RolloutLoad:
         prev = self.loads.get(a.actor_id)
@@ -153,6 +147,4 @@ class RolloutWatch:
         return tuple(self.loads[aid] for aid in actor_ids if aid in self.loads)
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        """Nothing to release: each read is its own connection."""

@@ -14,7 +14,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from verltop.model import Node, Problem, ProcTree, RawActor
-from verltop.sources.pyspy import DumpOptions
 
 
 class RemoteTrees:
@@ -66,6 +65,7 @@ class RemoteTrees:
         async with self._lock:
             if self._pool is None:
                 from verltop.sources.probe import ProbePool  # imports ray: only here, only once asked
+                from verltop.sources.pyspy import DumpOptions
 
                 self._pool = ProbePool(DumpOptions(), self.address)
             pool = self._pool
@@ -88,6 +88,7 @@ class RemoteTrees:
         async with self._lock:
             if self._pool is None:
                 from verltop.sources.probe import ProbePool  # imports ray: only here, only once asked
+                from verltop.sources.pyspy import DumpOptions
 
                 self._pool = ProbePool(DumpOptions(), self.address)
             pool = self._pool

@@ -10,8 +10,6 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from verltop.engine.recording_format import RecordingError
-from verltop.engine.recording_reader import Recording
 from verltop.model import Snapshot
 
 RECENT_S = 900.0  # segments last written this long ago are not read (a watch writes its segment every poll)
@@ -44,6 +42,10 @@ def watch_running(d: Path) -> bool:
 
 def latest_recorded(d: Path, now: float) -> tuple[Snapshot | None, str | None, str | None]:
     """``(snapshot, recorded address, problem)``: the newest snapshot of the watch's recording in ``d``."""
+    # only when a watch runs: a plain `snapshot` does not pay the recording reader's import
+    from verltop.engine.recording_format import RecordingError
+    from verltop.engine.recording_reader import Recording
+
     try:
         rec = Recording.open(d, since=now - RECENT_S)
     except (RecordingError, OSError) as e:

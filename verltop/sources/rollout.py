@@ -28,6 +28,8 @@ import ipaddress
 import os
 from dataclasses import dataclass
 
+from verltop.sources import wire
+
 MAX_BODY = 8 << 20  # a vLLM /metrics with every histogram is ~0.1-0.5 MB
 
 # metric name -> (engine, field); several names for one field: the first found wins (newest name first)
@@ -206,19 +208,37 @@ def host_port(host: str, port: int) -> str:
 # ---------------------------------------------------------------- reading it
 
 
-async def get_metrics(session: object, address: str, timeout_s: float) -> tuple[str | None, str | None]:
-    """GET ``http://ADDRESS/metrics``: ``(text, None)`` or ``(None, why)``. ``session``: an aiohttp session."""
-    import aiohttp
-
-    assert isinstance(session, aiohttp.ClientSession)
+async def get_metrics(address: str, timeout_s: float) -> tuple[str | None, str | None]:
+    """GET ``http://ADDRESS/metrics`` on its own connection (asyncio streams: a one-shot ``snapshot`` must not
+    pay aiohttp's 0.1 s import for a few small reads): ``(text, None)`` or ``(None, why)``."""
     try:
-        async with session.get(f"http://{address}/metrics", timeout=aiohttp.ClientTimeout(total=timeout_s),
-                               allow_redirects=False) as r:
-            if r.status != 200:
-                return None, f"/metrics answered HTTP {r.status}"
-            body = await r.content.read(MAX_BODY)
-            return body.decode("utf-8", "replace"), None
-    except asyncio.TimeoutError:
+        host, port, _, req = wire.request(f"http://{address}", "/metrics", None, {"User-Agent": "verltop"})
+    except ValueError:
+        return None, f"/metrics: not an address: {address[:80]}"
+    writers: list[asyncio.StreamWriter] = []
+
+    async def exchange() -> tuple[int, bytes, str | None]:
+        reader, writer = await asyncio.open_connection(host, port)
+        writers.append(writer)
+        writer.write(req)
+        buf = bytearray()
+        while True:
+            data = await reader.read(1 << 16)
+            buf += data
+            if wire.complete(buf, not data):
+                return wire.answer(buf)
+            if len(buf) > MAX_BODY:
+                raise ValueError(f"answer over {MAX_BODY >> 20} MB")
+
+    try:
+        status, body, _ = await asyncio.wait_for(exchange(), timeout_s)
+    except (asyncio.TimeoutError, TimeoutError):
         return None, f"/metrics did not answer within {timeout_s:g} s"
-    except (aiohttp.ClientError, OSError, ValueError) as e:
+    except (OSError, ValueError, UnicodeError) as e:
         return None, f"/metrics: {e.__class__.__name__}: {str(e)[:120]}"
+    finally:
+        for w in writers:
+            w.close()
+    if status != 200:
+        return None, f"/metrics answered HTTP {status}"
+    return body.decode("utf-8", "replace"), None
