@@ -576,6 +576,9 @@ def main() -> int:
         return 0
     rows: list[tuple] = []
     start_load = load()
+    from scripts.bench_floor import compiled
+
+    compiled()
     from scripts.bench_doctor import bench_doctor
     from scripts.bench_processes import bench_processes
 

@@ -1,5 +1,3 @@
-import sys
+from verltop.cli import run
 
-from verltop.cli import main
-
-sys.exit(main())
+run()

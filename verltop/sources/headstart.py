@@ -33,6 +33,7 @@ from verltop.sources.netaddr import proc_net_addresses
 Outcome = tuple[int | None, bytes, bytes, float, float]
 
 PLUMBING = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")  # never worth a py-spy
+SPAWN_SWITCH_S = 0.0002  # the GIL's switch interval while py-spy runs are started (see _dump_all)
 
 _early: dict[tuple[str, ...], Future] = {}
 _claimed: set[tuple[str, ...]] = set()  # asked for before an early run started: never run twice at once
@@ -174,23 +175,31 @@ def _dump_all(pyspy: str, actors: Future | None, nodes: Future | None, jobs: Fut
             _early[key] = fut
         procs.append((fut, p, time.time(), time.monotonic()))
 
-    for pid in pids:
-        spawn(pid)
-    kids = local_descendants(pids, MAX_PER_ACTOR) if pids else {}
-    _scan[0] = (time.monotonic(), set(pids), kids)
-    for found in kids.values():
-        for cpid, _, title in found:
-            if not (title and any(p in title for p in PLUMBING)) and child_title(cpid) == title:
-                spawn(cpid)
-    for j in _rows(jobs, 0.05 if procs else timeout_s):  # no waiting on the jobs when stacks are to be read
-        drv = j.get("driver_info") or {}
-        pid = drv.get("pid")
-        try:
-            pid = int(pid)
-        except (TypeError, ValueError):
-            continue
-        if j.get("status") == "RUNNING" and drv.get("node_ip_address") in here and _title(pid):
+    # The main thread imports the engine meanwhile and keeps the GIL for up to the switch interval (5 ms)
+    # each time this thread asks for it: a few times per py-spy started, so 17 of them took 100 ms. While
+    # they start, the interval is short.
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(SPAWN_SWITCH_S)
+    try:
+        for pid in pids:
             spawn(pid)
+        kids = local_descendants(pids, MAX_PER_ACTOR) if pids else {}
+        _scan[0] = (time.monotonic(), set(pids), kids)
+        for found in kids.values():
+            for cpid, _, title in found:
+                if not (title and any(p in title for p in PLUMBING)) and child_title(cpid) == title:
+                    spawn(cpid)
+        for j in _rows(jobs, 0.05 if procs else timeout_s):  # no waiting on the jobs when stacks are to be read
+            drv = j.get("driver_info") or {}
+            pid = drv.get("pid")
+            try:
+                pid = int(pid)
+            except (TypeError, ValueError):
+                continue
+            if j.get("status") == "RUNNING" and drv.get("node_ip_address") in here and _title(pid):
+                spawn(pid)
+    finally:
+        sys.setswitchinterval(interval)
     _collect(procs, timeout_s)
 
 
