@@ -286,7 +286,7 @@ async def _snapshot(args: argparse.Namespace, prefetch: Any = None) -> int:
     from verltop.engine import oneshot
 
     try:
-        snap = await oneshot.snapshot(_monitor(args, prefetch=prefetch), cpu_window_s=args.cpu_window,
+        snap = await oneshot.snapshot(_monitor(args, nvml=None, prefetch=prefetch), cpu_window_s=args.cpu_window,
                                       remote_processes=args.remote_processes)
     except oneshot.OneShotError as e:
         raise UserError(str(e)) from None

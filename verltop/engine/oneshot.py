@@ -13,7 +13,6 @@ from verltop.analysis.stalls import StallSettings
 from verltop.engine.monitor import Intervals, Monitor
 from verltop.model import Snapshot
 from verltop.sources.config import Endpoint
-from verltop.sources.local import has_nvidia_device
 from verltop.sources.wire import Prefetch
 
 if TYPE_CHECKING:
@@ -27,11 +26,11 @@ class OneShotError(Exception):
 def monitor(endpoint: Endpoint, intervals: Intervals, stall: StallSettings, use_local: bool = True,
             ras_addrs: tuple[str, ...] = (), nvml: bool | None = True, prefetch: Prefetch | None = None) -> Monitor:
     """A monitor for a one-shot command; ``nvml=None``: only where an NVIDIA device exists (a dump reads
-    GPU use to tell a rank waiting on its GPU, and shows no "no NVML" note). ``prefetch``: the reads
+    GPU use to tell a rank waiting on its GPU; a snapshot on a CPU-only head node skips pynvml's import). ``prefetch``: the reads
     ``engine.prefetch`` sent before the engine was imported, for the client to take."""
     # the stdlib HTTP client: aiohttp's import alone is a third of a dump
     mon = Monitor(endpoint, intervals, stall, use_local=use_local, transport="stdlib", ras_addrs=ras_addrs,
-                  use_nvml=has_nvidia_device() if nvml is None else nvml)
+                  use_nvml=nvml)
     mon.client.prefetch = prefetch
     return mon
 

@@ -102,7 +102,7 @@ class PollState(Engine):
         intervals: Intervals | None = None,
         stall: StallSettings | None = None,
         use_local: bool = True,
-        use_nvml: bool = True,
+        use_nvml: bool | None = True,
         transport: str = "aiohttp",
         clock: Callable[[], float] = time.time,
         ras_addrs: tuple[str, ...] = (),

@@ -86,11 +86,14 @@ def ns_pid(pid: int) -> int | None:
 class LocalSampler:
     """Keeps psutil.Process objects between samples so ``cpu_percent`` measures the interval."""
 
-    def __init__(self, use_nvml: bool = True, tree_every_s: float = 2.0) -> None:
+    def __init__(self, use_nvml: bool | None = True, tree_every_s: float = 2.0) -> None:
+        """``use_nvml=None``: only where an NVIDIA device exists (a CPU-only head node does not import pynvml
+        for an init that must fail)."""
         self._procs: dict[int, Any] = {}
         self._nvml: Any = None
         self._nvml_error: str | None = None
-        self._use_nvml = use_nvml
+        self._no_device = use_nvml is None and not has_nvidia_device()
+        self._use_nvml = not self._no_device if use_nvml is None else use_nvml
         self._nvml_tried = False
         self._last_util_ts = 0
         self._reader = ProcReader(max_fds=_fd_budget())
@@ -146,7 +149,7 @@ class LocalSampler:
             return self._nvml
         self._nvml_tried = True
         if not self._use_nvml:
-            self._nvml_error = "NVML disabled"
+            self._nvml_error = "no NVML: no NVIDIA device on this machine" if self._no_device else "NVML disabled"
             return None
         try:
             import pynvml
