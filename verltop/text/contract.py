@@ -9,41 +9,9 @@ need and add derived fields.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from verltop.model import (
-    PHASES,
-    ActorRow,
-    BlockedOn,
-    Chain,
-    ChainEnd,
-    ChainLink,
-    CollectiveInfo,
-    Death,
-    DoctorNode,
-    DoctorReport,
-    DumpReport,
-    Frame,
-    Headroom,
-    MemoryGrowth,
-    MemoryView,
-    Mismatch,
-    Node,
-    ObjectStoreReport,
-    OomVerdict,
-    PendingItem,
-    PhaseMemory,
-    ProcRow,
-    RankDump,
-    RolloutLoad,
-    SlowRank,
-    Snapshot,
-    StackGroup,
-    Stall,
-    Step,
-    Suspect,
-    TrainingView,
-)
+from verltop.model import PHASES
 from verltop.text.chains import end_text
 from verltop.text.memory import NO_HISTORY, growth_sentence
 from verltop.text.oom import verdict_reason
@@ -51,6 +19,40 @@ from verltop.text.pending import pending_reason
 from verltop.text.stalls import stall_reason, stall_reasons, stall_target
 from verltop.text.suspects import suspect_reason
 from verltop.text.training import anomaly_sentence, slow_sentence
+
+if TYPE_CHECKING:
+    from verltop.model import (
+        ActorRow,
+        BlockedOn,
+        Chain,
+        ChainEnd,
+        ChainLink,
+        CollectiveInfo,
+        Death,
+        DoctorNode,
+        DoctorReport,
+        DumpReport,
+        Frame,
+        Headroom,
+        MemoryGrowth,
+        MemoryView,
+        Mismatch,
+        Node,
+        ObjectStoreReport,
+        OomVerdict,
+        PendingItem,
+        PhaseMemory,
+        ProcRow,
+        RankDump,
+        RolloutLoad,
+        SlowRank,
+        Snapshot,
+        StackGroup,
+        Stall,
+        Step,
+        Suspect,
+        TrainingView,
+    )
 
 
 def _round(v: float | None, digits: int = 3) -> float | None:
