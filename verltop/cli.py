@@ -198,7 +198,9 @@ def main(argv: list[str] | None = None) -> int:
             from verltop.sources.config import resolve
 
             # the reads go out before the engine is imported (as dump's do)
-            return _leave(asyncio.run(_snapshot(args, prefetch_snapshot(resolve(args.address), args.timeout))))
+            pre = prefetch_snapshot(resolve(args.address), args.timeout, nodes=args.cpu_window <= 0,
+                                    trainer_log=not getattr(args, "metrics_file", None))
+            return _leave(asyncio.run(_snapshot(args, pre)))
         if cmd == "dump":
             return _leave(asyncio.run(_dump(args, _prefetch(args))))
         if cmd == "memory":

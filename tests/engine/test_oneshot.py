@@ -84,3 +84,38 @@ def test_dump_prefetches_exactly_the_reads_the_dump_makes(monkeypatch):
     wanted = {(p, tuple(q)) for p, q in dump_reads(t, whole_job=True)}
     assert wanted - asked == set()
     assert len(dump_reads(t, whole_job=False)) == len(wanted) - 1  # one group: no drivers to find
+
+
+def test_snapshot_reads_ahead_only_what_the_snapshot_then_asks_for(monkeypatch):
+    """``verltop snapshot`` sends its reads, and once the actors are in, the node details and the trainer's
+    log, while the engine is imported; every read it sent ahead is one the snapshot then takes, and the two
+    it follows up with are among them (a fake cluster of 2 nodes with a TaskRunner)."""
+    import asyncio
+
+    from tests.fakeray.cluster import ClusterConfig, FakeCluster
+    from tests.fakeray.server import FakeDashboard
+    from tests.wait import wait_until
+    from verltop.analysis.stalls import StallSettings
+    from verltop.engine import oneshot
+    from verltop.engine.monitor import Intervals
+    from verltop.engine.prefetch import prefetch_snapshot
+    from verltop.sources import reads
+    from verltop.sources.config import Endpoint
+
+    t = 3.0
+    cluster = FakeCluster(ClusterConfig(nodes=2, gpus_per_node=2))
+    with FakeDashboard(cluster) as fd:
+        endpoint = Endpoint(fd.url, "--address", None, None)
+        pre = prefetch_snapshot(endpoint, t)
+        ahead = {(p, tuple(q)) for p, q in (reads.node_detail(n.node_id) for n in cluster.nodes)}
+        wait_until(lambda: ahead <= set(pre._futures), 10, "the node details read ahead once the actors are in")
+        sent = set(pre._futures)
+        assert any(p == "/api/v0/logs/file" for p, _ in sent)  # the TaskRunner's log (its metrics)
+
+        async def go() -> None:
+            mon = oneshot.monitor(endpoint, Intervals(timeout_s=t), StallSettings(), use_local=False, prefetch=pre)
+            snap = await oneshot.snapshot(mon)
+            assert snap.actors and snap.training is not None  # the trainer's metrics, from its log
+
+        asyncio.run(go())
+    assert pre._futures == {}, f"read ahead and never asked for: {sorted(pre._futures)}"

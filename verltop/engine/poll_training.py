@@ -18,11 +18,12 @@ from verltop.engine.snapshots import SnapshotBuilding
 from verltop.model import RawActor, TrainingView
 from verltop.sources import dashboard as D
 from verltop.sources import metrics_log as M
+from verltop.sources import reads
 
 log = logging.getLogger("verltop.engine")
 
 TRAINING_EVERY_S = 5.0
-FIRST_LINES = 5000  # the first read of a log: its history
+FIRST_LINES = reads.FIRST_LOG_LINES  # the first read of a log: its history (prefetched by `snapshot`)
 TAIL_LINES = 20  # later reads: a few steps' lines; more when the last step seen is not among them
 MAX_LINES = 20000
 JOBS_EVERY_S = 30.0

@@ -3,7 +3,8 @@
 ``verltop dump`` starts fast on purpose: its reads go out from threads while the engine is still being
 imported, and the dashboard client takes the answers when the engine asks for the same reads. This module
 is the light entry for that; it imports only ``sources.reads``, ``sources.wire`` and ``sources.config``
-(the engine package's ``__init__`` is lazy), and ``DumpJob`` reads with the timeouts declared here, so a
+(the engine package's ``__init__`` is lazy; ``snapshot``'s follow-up reads import the roles' rules in their
+thread), and ``DumpJob`` reads with the timeouts declared here, so a
 prefetched read is the very one the dump makes.
 """
 
@@ -56,6 +57,30 @@ def snapshot_reads(timeout_s: float) -> list[reads.Read]:
             reads.unplaced_placement_groups(timeout_s), reads.pending_tasks(timeout_s)]
 
 
-def prefetch_snapshot(endpoint: Endpoint, timeout_s: float) -> wire.Prefetch:
-    """Send ``snapshot``'s reads now, while the engine is imported; pass the result to ``oneshot.monitor``."""
-    return wire.Prefetch(endpoint.address, wire.headers(endpoint.token), snapshot_reads(timeout_s), timeout_s + 2)
+MAX_EARLY_NODES = 16  # node details read ahead (a snapshot reads every node's; the rest when the engine is up)
+
+
+def snapshot_follow_ups(actors: list[dict], nodes: bool = True, trainer_log: bool = True) -> list[reads.Read]:
+    """What a snapshot reads as soon as the actors are in (``Monitor.poll_once``): the node details of every
+    node with a live actor, and the log of verl's trainer (``TaskRunner``: its metrics). Sent while the engine
+    is still being imported: the trainer's log alone took the dashboard 30-40 ms to serve."""
+    from verltop.analysis.roles import base_role  # the engine's own rule for the trainer
+
+    live = [a for a in actors if a.get("state") == "ALIVE"]
+    out = [reads.node_detail(n) for n in sorted({a.get("node_id") for a in live if a.get("node_id")})
+           ][:MAX_EARLY_NODES] if nodes else []
+    trainers = [a for a in live if base_role(str(a.get("class_name") or ""), a.get("name")) == "controller"
+                and a.get("actor_id")]
+    if trainers and trainer_log:  # the last listed, as ``poll_training.trainer_actor`` picks it
+        out.append(reads.actor_log(str(trainers[-1]["actor_id"]), reads.FIRST_LOG_LINES, "out"))
+    return out
+
+
+def prefetch_snapshot(endpoint: Endpoint, timeout_s: float, nodes: bool = True, trainer_log: bool = True
+                      ) -> wire.Prefetch:
+    """Send ``snapshot``'s reads now, while the engine is imported; pass the result to ``oneshot.monitor``.
+    ``nodes``: every node's detail too (a snapshot that samples CPU itself reads only the other nodes');
+    ``trainer_log``: the trainer's log (not when the metrics come from a file)."""
+    pre = wire.Prefetch(endpoint.address, wire.headers(endpoint.token), snapshot_reads(timeout_s), timeout_s + 2)
+    pre.follow(reads.actors(timeout_s, True), lambda rows: snapshot_follow_ups(rows, nodes, trainer_log))
+    return pre

@@ -230,7 +230,7 @@ async def fetch_node_detail(client: DashboardClient, node_id: str, timeout_s: fl
             raise parse.ParseError("node detail without a node id")
         return node, None
 
-    return await _get_parsed(client, f"/nodes/{node_id}", None, timeout_s, p)
+    return await _get_parsed(client, *reads.node_detail(node_id), timeout_s, p)
 
 
 async def fetch_unplaced_placement_groups(client: DashboardClient, timeout_s: float = 10.0
@@ -268,7 +268,7 @@ async def fetch_log_tail(
     client: DashboardClient, actor_id: str, suffix: str = "err", lines: int = 200, timeout_s: float = 10.0
 ) -> Result[str]:
     """The last ``lines`` of an actor's worker log (``out`` or ``err``)."""
-    return await _log_file(client, [("actor_id", actor_id), ("lines", str(lines)), ("suffix", suffix)], timeout_s)
+    return await _log_file(client, reads.actor_log(actor_id, lines, suffix)[1], timeout_s)
 
 
 async def fetch_process_log_tail(

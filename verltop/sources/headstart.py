@@ -7,14 +7,13 @@ very command line the engine would run; the engine's ``pyspy.dump_local`` takes 
 matches instead of starting its own. One the engine does not dump in the end (not a verl rank) cost a py-spy
 run and is dropped; ``discard()`` kills whatever still runs when the command ends.
 
-Stdlib only, and of verltop only the light ``children``, ``proc_stat`` and ``netaddr``: it runs while the rest is
+Stdlib only, and of verltop only the light ``children``, ``proc_stat``, ``netaddr`` and ``wire``: it runs while the rest is
 still being imported.
 """
 
 from __future__ import annotations
 
 import _thread
-import json
 import os
 import selectors
 import shutil
@@ -26,6 +25,7 @@ import time
 from concurrent.futures import Future
 from typing import Any
 
+from verltop.sources import wire
 from verltop.sources.children import MAX_PER_ACTOR, child_title, local_descendants
 from verltop.sources.netaddr import proc_net_addresses
 
@@ -97,18 +97,9 @@ def _rows(fut: Future | None, wait_s: float) -> list[dict[str, Any]]:
     if fut is None:
         return []
     try:
-        status, body, _, err = fut.result(wait_s)
+        return wire.rows(fut.result(wait_s))
     except Exception:  # noqa: BLE001 - no answer in time: the engine will read (and report) it itself
         return []
-    if err is not None or status != 200 or not body:
-        return []
-    try:
-        doc = json.loads(body)
-        data = doc.get("data", {}).get("result", {})
-        rows = data.get("result", []) if isinstance(data, dict) else []
-    except (ValueError, AttributeError):
-        return []
-    return [r for r in rows if isinstance(r, dict)]
 
 
 def _title(pid: int) -> str:

@@ -79,6 +79,19 @@ def waiting_tasks(timeout_s: float) -> Read:
         ("state", "!=", "RUNNING"), ("state", "!=", "FINISHED"), ("state", "!=", "FAILED"))
 
 
+FIRST_LOG_LINES = 5000  # the first read of the trainer's log: its history of steps
+
+
+def actor_log(actor_id: str, lines: int, suffix: str = "err") -> Read:
+    """The last ``lines`` of an actor's worker log (``out`` or ``err``)."""
+    return "/api/v0/logs/file", [("actor_id", actor_id), ("lines", str(lines)), ("suffix", suffix)]
+
+
+def node_detail(node_id: str) -> Read:
+    """One node's stats as its agent last reported them, with each worker's CPU and memory."""
+    return f"/nodes/{node_id}", []
+
+
 def profiling_enabled() -> Read:
     """Is the dashboard's profiling (``/worker/traceback``) on? Ray ≥ 2.56; older ones answer 404."""
     return "/api/profiling_enabled", []

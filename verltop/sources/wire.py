@@ -7,8 +7,10 @@ command's first reads while the rest of verltop is still being imported.
 from __future__ import annotations
 
 import _thread
+import json
 import re
 import socket
+from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -181,23 +183,67 @@ def _fetch_into(fut: Future, address: str, path: str, params: Params, headers: d
 
 class Prefetch:
     """GETs started now, each in its own thread; ``take(path, params)`` hands over one's outcome (a
-    ``concurrent.futures.Future``) to whoever asks for exactly that read first."""
+    ``concurrent.futures.Future``) to whoever asks for exactly that read first. ``follow`` adds reads that
+    need earlier answers (the trainer's log needs the actor list)."""
 
     def __init__(self, address: str, headers: dict[str, str], reads: list[tuple[str, Params]],
                  timeout_s: float) -> None:
-        self._futures: dict[tuple[str, tuple], Future] = {}
         bad = [p for p, _ in reads if not allowed(p)]
         if bad:
             raise ValueError(f"verltop refuses to call {bad[0]}: not a read-only endpoint it knows")
+        self._futures: dict[tuple[str, tuple], Future] = {}
+        self._asked: set[tuple[str, tuple]] = set()  # taken, or asked for before it was sent: never sent twice
+        self._lock = _thread.allocate_lock()
+        self._address, self._headers, self._timeout_s = address, headers, timeout_s
         for path, params in reads:
+            self._send(path, params)
+
+    def _send(self, path: str, params: Params) -> None:
+        if not allowed(path):
+            raise ValueError(f"verltop refuses to call {path}: not a read-only endpoint it knows")
+        key = (path, tuple(params or ()))
+        with self._lock:
+            if key in self._asked or key in self._futures:
+                return
             fut: Future = Future()
-            self._futures[(path, tuple(params or ()))] = fut
-            # a bare thread: threading.Thread.start() would wait until it runs, and the point is not to wait
-            _thread.start_new_thread(_fetch_into, (fut, address, path, params, headers, timeout_s))
+            self._futures[key] = fut
+        # a bare thread: threading.Thread.start() would wait until it runs, and the point is not to wait
+        _thread.start_new_thread(_fetch_into, (fut, self._address, path, params, self._headers, self._timeout_s))
 
     def take(self, path: str, params: Params) -> Future | None:
-        return self._futures.pop((path, tuple(params or ())), None)
+        key = (path, tuple(params or ()))
+        with self._lock:
+            self._asked.add(key)
+            return self._futures.pop(key, None)
 
     def peek(self, path: str, params: Params) -> Future | None:
         """That read's outcome, left for ``take`` (``headstart`` looks at the actors before the engine)."""
         return self._futures.get((path, tuple(params or ())))
+
+    def follow(self, after: tuple[str, Params], then: Callable[[list[dict[str, Any]]], list[tuple[str, Params]]]
+               ) -> None:
+        """Once ``after`` (a read sent here) is in, send the reads ``then(its rows)`` names (from a bare thread;
+        a read the command asked for meanwhile is not sent again, and one that fails is the command's to do)."""
+        fut = self.peek(*after)
+        if fut is not None:
+            _thread.start_new_thread(self._follow, (fut, then))
+
+    def _follow(self, fut: Future, then: Callable[[list[dict[str, Any]]], list[tuple[str, Params]]]) -> None:
+        try:
+            for path, params in then(rows(fut.result(self._timeout_s))):
+                self._send(path, params)
+        except Exception:  # noqa: BLE001 - a head start only: the command reads whatever was not sent
+            pass
+
+
+def rows(outcome: Outcome) -> list[dict[str, Any]]:
+    """The rows of a state-API list answer (``data.result.result``); [] for a failed or odd one."""
+    status, body, _, err = outcome
+    if err is not None or status != 200 or not body:
+        return []
+    try:
+        data = json.loads(body).get("data", {}).get("result", {})
+        found = data.get("result", []) if isinstance(data, dict) else []
+    except (ValueError, AttributeError):
+        return []
+    return [r for r in found if isinstance(r, dict)] if isinstance(found, list) else []
