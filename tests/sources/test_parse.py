@@ -40,6 +40,14 @@ def test_only_rank_keys_survive_from_runtime_env():
     a = parse.actor({"actor_id": "x", "class_name": "C", "state": "ALIVE", "serialized_runtime_env": env})
     assert dict(a.env) == {"RANK": "3", "WORLD_SIZE": "8", "WG_PREFIX": "abc"}
     assert "secret" not in repr(a)
+    assert a.env_setup == ("pip",)
+    # read again (the next poll): the same answer, from a memo that keeps a digest, not the string
+    again = parse.actor({"actor_id": "y", "class_name": "C", "state": "ALIVE", "serialized_runtime_env": env})
+    assert (again.env, again.env_setup) == (a.env, a.env_setup)
+    assert all(isinstance(k, bytes) and b"secret" not in k for k in parse._ENV_MEMO)
+    other = json.dumps({"env_vars": {"RANK": "4", "WORLD_SIZE": "8"}})
+    b = parse.actor({"actor_id": "z", "class_name": "C", "state": "ALIVE", "serialized_runtime_env": other})
+    assert dict(b.env) == {"RANK": "4", "WORLD_SIZE": "8"} and b.env_setup == ()
 
 
 @pytest.mark.parametrize("body", ["<html>502</html>", '{"result": true', "[]", '{"result": false, "msg": "boom"}',

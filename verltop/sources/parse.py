@@ -12,6 +12,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+try:  # hashlib would import OpenSSL (4 ms) for the same function
+    from _blake2 import blake2b
+except ImportError:  # pragma: no cover - a Python built without it
+    from hashlib import blake2b
+
 from verltop.convert import to_float, to_int, to_str
 from verltop.model import Gpu, Node, ProcStat, RawActor, RawJob, RawObjectRef, RawTask
 from verltop.sources.causes import death_parts, redact, telling_line
@@ -102,6 +107,33 @@ def state_api_rows(doc: Any) -> ListResult:
     return ListResult(rows=rows, total=total, truncated=truncated, warning=warn)
 
 
+# What an actor's runtime env says, by a digest of it: each actor's is the same string poll after poll, and the
+# strings themselves (which may hold secrets) are not kept past the parse.
+_ENV_MEMO: dict[bytes, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {}
+_ENV_MEMO_MAX = 32768
+
+
+def runtime_env(serialized_runtime_env: Any) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
+    """``(rank_env, env_setup)`` of ``serialized_runtime_env`` (a JSON string), parsed once per distinct one."""
+    env: Any = serialized_runtime_env
+    if not isinstance(env, str):
+        return rank_env(env), env_setup(env)
+    if not env or env == "{}":
+        return (), ()
+    digest = blake2b(env.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    hit = _ENV_MEMO.get(digest)
+    if hit is None:
+        try:
+            doc = json.loads(env)
+        except ValueError:
+            doc = None
+        hit = (rank_env(doc), env_setup(doc)) if doc is not None else ((), ())
+        if len(_ENV_MEMO) >= _ENV_MEMO_MAX:
+            _ENV_MEMO.clear()
+        _ENV_MEMO[digest] = hit
+    return hit
+
+
 def rank_env(serialized_runtime_env: Any) -> tuple[tuple[str, str], ...]:
     """Pull the rank keys out of ``serialized_runtime_env`` (a JSON string) and drop everything else."""
     env: Any = serialized_runtime_env
@@ -188,6 +220,7 @@ def actor(row: Any) -> RawActor | None:
     if not actor_id:
         return None
     kind, detail, _ = death_parts(r.get("death_cause"))
+    env, setup = runtime_env(r.get("serialized_runtime_env"))
     return RawActor(
         actor_id=actor_id,
         class_name=_str(r.get("class_name")) or "?",
@@ -196,14 +229,14 @@ def actor(row: Any) -> RawActor | None:
         node_id=_str(r.get("node_id")) or None,
         pid=_int(r.get("pid")) or None,
         job_id=_str(r.get("job_id")),
-        env=rank_env(r.get("serialized_runtime_env")),
+        env=env,
         death_cause=telling_line(kind, detail),
         num_restarts=_int(r.get("num_restarts")),
         placement_group_id=_str(r.get("placement_group_id")) or None,
         death_text=_redacted(death_cause_full(r.get("death_cause"))),
         death_kind=kind,
         required_resources=resources(r.get("required_resources")),
-        env_setup=env_setup(r.get("serialized_runtime_env")),
+        env_setup=setup,
     )
 
 
