@@ -18,8 +18,10 @@ possibilities, not a finding. The worker's log says what happened, so it is read
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-from verltop.model import CollectiveInfo, Death
+if TYPE_CHECKING:  # the stack model (18 dataclasses, ~15 ms to create) loads only once a death is told
+    from verltop.model import CollectiveInfo, Death
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _WATCHDOG = re.compile(r"Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+), OpType=([A-Z_]+)"
@@ -47,6 +49,12 @@ _OP_NAMES = {"ALLREDUCE": "all_reduce", "ALLGATHER": "all_gather", "_ALLGATHER_B
 _DETAIL_MAX = 300
 
 
+def _death(kind: str, detail: str | None) -> Death:
+    from verltop.model import Death
+
+    return Death(kind, detail)
+
+
 def classify(death_text: str | None, log_tail: str | None = None, collective: CollectiveInfo | None = None
              ) -> Death:
     """The death of a DEAD rank: ``death_text`` is Ray's whole cause, ``log_tail`` the end of the worker's
@@ -69,14 +77,14 @@ def _nccl_timeout(log: str, c: CollectiveInfo | None) -> Death | None:
     detail = f"{op} #{seq} timed out{after} (NCCL watchdog)"
     if _ABORT.search(log, m.end()):
         detail += ", then the process aborted (SIGABRT)"
-    return Death("nccl_timeout", detail)
+    return _death("nccl_timeout", detail)
 
 
 def _cuda_oom(log: str, cause: str) -> Death | None:
     for text in (log, cause):
         line = _last_line(text, _CUDA_OOM)
         if line is not None:
-            return Death("cuda_oom", _cut(_strip_exc_prefix(line)))
+            return _death("cuda_oom", _cut(_strip_exc_prefix(line)))
     return None
 
 
@@ -88,14 +96,14 @@ def _host_oom(cause: str) -> Death | None:
     detail = "killed by Ray's memory monitor (the node ran low on memory)"
     if m:
         detail += f": {' '.join(m.group(1).split())}"
-    return Death("host_oom", _cut(detail))
+    return _death("host_oom", _cut(detail))
 
 
 def _runtime_env(cause: str) -> Death | None:
     if "runtime env failed" not in cause:
         return None
     last = [ln.strip() for ln in _ANSI.sub("", cause).splitlines() if ln.strip()]
-    return Death("unknown", _cut(f"its runtime env could not be created: {last[-1] if last else ''}"))
+    return _death("unknown", _cut(f"its runtime env could not be created: {last[-1] if last else ''}"))
 
 
 def _exception(cause: str, log: str) -> Death | None:
@@ -103,7 +111,7 @@ def _exception(cause: str, log: str) -> Death | None:
     for text in (cause, log):
         line = last_exception(text)
         if line is not None:
-            return Death("exception", _cut(line))
+            return _death("exception", _cut(line))
     return None
 
 
@@ -124,14 +132,14 @@ def last_exception(text: str) -> str | None:
 def _signal(log: str) -> Death | None:
     m = _last(_FATAL, log)
     if m is not None:
-        return Death("signal", f"{_FATAL_SIGNALS[m.group(1)]} (Fatal Python error: {m.group(1)})")
+        return _death("signal", f"{_FATAL_SIGNALS[m.group(1)]} (Fatal Python error: {m.group(1)})")
     m = _last(_RAY_SIGNAL, log)
     if m is not None:
-        return Death("signal", m.group(1))
+        return _death("signal", m.group(1))
     m = _last(_EXITED_SIGNAL, log)
     if m is not None:
         n = int(m.group(1) or m.group(2))
-        return Death("signal", _SIGNALS.get(n, f"signal {n}"))
+        return _death("signal", _SIGNALS.get(n, f"signal {n}"))
     return None
 
 
@@ -141,26 +149,26 @@ def _last(rx: re.Pattern[str], text: str) -> re.Match[str] | None:
 
 def _exit(cause: str) -> Death | None:
     if "killed by `ray.kill`" in cause or "[RAY_KILL]" in cause:
-        return Death("exit", "killed by ray.kill")
+        return _death("exit", "killed by ray.kill")
     if "owner has died" in cause or "[OWNER_DIED]" in cause:
-        return Death("exit", "its owner died (the driver or the actor that created it)")
+        return _death("exit", "its owner died (the driver or the actor that created it)")
     m = _EXIT_CODE.search(cause)
     if m:
         code = m.group(1) or m.group(2)
-        return Death("exit", f"exit code {code}")
+        return _death("exit", f"exit code {code}")
     if "INTENDED_USER_EXIT" in cause or "exit_actor" in cause:
-        return Death("exit", "it exited on purpose (exit_actor or sys.exit)")
+        return _death("exit", "it exited on purpose (exit_actor or sys.exit)")
     return None
 
 
 def _unknown(cause: str) -> Death:
     if "node has died" in cause or "[NODE_DIED]" in cause:
-        return Death("unknown", "its node died")
+        return _death("unknown", "its node died")
     if "connection error code" in cause or "SYSTEM_ERROR" in cause:
-        return Death("unknown", "the worker process died and left no reason in its log (SIGKILL? the kernel's "
+        return _death("unknown", "the worker process died and left no reason in its log (SIGKILL? the kernel's "
                                 "OOM killer? see dmesg on its node)")
     first = cause.strip().splitlines()[0] if cause.strip() else None
-    return Death("unknown", _cut(first) if first else None)
+    return _death("unknown", _cut(first) if first else None)
 
 
 def _last_line(text: str, rx: re.Pattern[str]) -> str | None:

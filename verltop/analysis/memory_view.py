@@ -508,8 +508,9 @@ def _by_phase(per_actor: list[tuple[ActorRow, _ActorView]], steps: list[Step], w
                 mine = [_pm(row, a) for a in av.aggs.get(i, ()) if a.phase in shown]
             have = {p.phase for p in mine}
             # a running step's key changes as each phase ends; its entries of no samples stay the same objects
-            # (a thousand ranks' four phases were 4,000 new entries a cycle)
-            nones = {p.phase: p for p in hit[1] if not p.samples and _same_rank(p, row)} if hit is not None else {}
+            who = (row.worker_group, row.role, row.rank, row.actor_name)
+            nones = {p.phase: p for p in hit[1] if not p.samples
+                     and (p.worker_group, p.role, p.rank, p.actor_name) == who} if hit is not None else {}
             mine += [nones.get(ph) or _none(row, i, ph) for ph in missing if ph not in have]
             mine.sort(key=_phase_index)
             cache[(row.actor_id, i)] = (key, mine)
@@ -523,10 +524,6 @@ def _by_phase(per_actor: list[tuple[ActorRow, _ActorView]], steps: list[Step], w
 
 def _phase_index(p: PhaseMemory) -> int:
     return PHASES.index(p.phase) if p.phase in PHASES else len(PHASES)
-
-
-def _same_rank(p: PhaseMemory, r: ActorRow) -> bool:
-    return p.role == r.role and p.rank == r.rank and p.worker_group == r.worker_group and p.actor_name == r.actor_name
 
 
 def _none(r: ActorRow, step: int, phase: str) -> PhaseMemory:

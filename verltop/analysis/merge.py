@@ -7,25 +7,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from verltop.analysis.collectives import py_frames
+from verltop.analysis.rank_sets import compact_ints
 from verltop.model import Frame, RankDump, StackGroup
-
-
-def compact_ints(xs: Iterable[int]) -> str:
-    """``[0,1,2,3,5,7,8,9]`` → ``0-3,5,7-9``."""
-    s = sorted(set(xs))
-    if not s:
-        return ""
-    parts = []
-    lo = prev = s[0]
-    for x in s[1:]:
-        if x == prev + 1:
-            prev = x
-            continue
-        parts.append(f"{lo}-{prev}" if prev > lo else str(lo))
-        lo = prev = x
-    parts.append(f"{lo}-{prev}" if prev > lo else str(lo))
-    return ",".join(parts)
-
 
 _LABEL = re.compile(r"^(.*):(\d+)$")
 

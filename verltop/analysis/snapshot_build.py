@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from verltop.analysis import processes as P
-from verltop.analysis import ras as RAS
 from verltop.analysis import roles as R
 from verltop.analysis.history import TaskHistory
 from verltop.analysis.pending import PendingData, build_pending, startup_stall
@@ -17,12 +16,14 @@ from verltop.model import (
     Node,
     ProcStat,
     ProcTree,
-    RasReport,
     RawActor,
     RawTask,
     Snapshot,
     SourceStatus,
 )
+
+if TYPE_CHECKING:
+    from verltop.model import RasReport
 
 _NO_STALL_ROLES = ("controller", "other")
 
@@ -255,6 +256,8 @@ def build_snapshot(
         memo.clear()
         memo.update(kept)
     if data.ras is not None:
+        from verltop.analysis import ras as RAS  # its model loads with RAS's first answer
+
         by_actor = RAS.stalls(data.ras, [r for _, r in rows if r.state == "ALIVE"])
         if by_actor:
             rows = [(k, replace(r, stalls=(by_actor[r.actor_id], *r.stalls))) if r.actor_id in by_actor else (k, r)

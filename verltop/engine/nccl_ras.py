@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from verltop.model import ActorRow, Node, Problem, RasReport
+from verltop.model import ActorRow, Node, Problem
 from verltop.sources import ras, ras_remote
+
+if TYPE_CHECKING:
+    from verltop.model import RasReport
 
 
 def addresses(actors: tuple[ActorRow, ...] | list[ActorRow], local_node_ids: frozenset[str],
@@ -40,6 +43,8 @@ async def read(addrs: list[tuple[str, int]], timeout_s: float = 5.0) -> tuple[Ra
             comms.setdefault(c.hash, c)
         procs.update(dict.fromkeys(r.missing_processes))
     first = reports[0]
+    from verltop.model import RasReport
+
     return RasReport(first.nccl_version, tuple(comms.values()), tuple(procs), first.source), problems  # type: ignore[arg-type]
 
 

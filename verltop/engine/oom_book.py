@@ -6,13 +6,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from verltop.analysis import roles as R
 from verltop.analysis.deaths import classify
 from verltop.analysis.history import TaskHistory
 from verltop.analysis.oom import LEAD_UP_STEPS, oom_kind, verdicts
-from verltop.model import ActorRow, Death, RawActor, Step
+from verltop.model import ActorRow, RawActor, Step
 from verltop.model.memory import MemoryView, OomVerdict, PhaseMemory
+
+if TYPE_CHECKING:
+    from verltop.model import Death
 
 MAX_DEAD = 4096  # ranks whose time of death is kept
 

@@ -19,22 +19,15 @@ from verltop.engine.pending import PendingWatch
 from verltop.engine.rollout_load import RolloutWatch
 from verltop.engine.timeline import Timeline, TrendStore, Work
 from verltop.engine.trees import RemoteTrees
-from verltop.model import (
-    ActorRow,
-    DumpReport,
-    Node,
-    Problem,
-    RasReport,
-    RawActor,
-    RawTask,
-    Snapshot,
-    SourceStatus,
-)
+from verltop.model import ActorRow, Node, Problem, RawActor, RawTask, Snapshot, SourceStatus
 from verltop.sources import dashboard as D
 from verltop.sources.config import Endpoint
 from verltop.sources.http import DashboardClient
 from verltop.sources.local import LocalSampler, local_addresses
 from verltop.sources.probe_connect import watch_cluster_of
+
+if TYPE_CHECKING:  # a dump's and RAS's model: loaded when one is made
+    from verltop.model import DumpReport, RasReport
 
 DETAIL_REFRESH_S = 30.0  # detail rows are re-read at least this often
 ROLES_EVERY_S = 15.0  # how often groups whose roles are unknown are looked up

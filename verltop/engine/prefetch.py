@@ -51,10 +51,12 @@ def prefetch_dump(endpoint: Endpoint, timeout_s: float, whole_job: bool,
 
 def snapshot_reads(timeout_s: float) -> list[reads.Read]:
     """``snapshot``'s reads (``Monitor.poll_once``): actors, running and waiting tasks, the finished ones that
-    seed the usual durations, nodes and their summary, pending work."""
+    seed the usual durations and the failed ones (a collective that timed out), nodes and their summary,
+    pending work."""
     return [reads.actors(timeout_s, True), reads.running_tasks(timeout_s, True), reads.waiting_tasks(timeout_s),
-            reads.finished_tasks(SEED_TIMEOUT_S, True, SEED_LIMIT), reads.nodes(timeout_s), reads.nodes_summary(),
-            reads.unplaced_placement_groups(timeout_s), reads.pending_tasks(timeout_s)]
+            reads.finished_tasks(SEED_TIMEOUT_S, True, SEED_LIMIT), reads.failed_tasks(timeout_s, reads.FAILED_LIMIT),
+            reads.nodes(timeout_s), reads.nodes_summary(), reads.unplaced_placement_groups(timeout_s),
+            reads.pending_tasks(timeout_s)]
 
 
 MAX_EARLY_NODES = 16  # node details read ahead (a snapshot reads every node's; the rest when the engine is up)

@@ -133,7 +133,7 @@ async def fetch_finished_tasks(client: DashboardClient, limit: int = 2000, timeo
                              lambda doc, now: (parse.tasks(doc)[0], None))
 
 
-async def fetch_failed_tasks(client: DashboardClient, limit: int = 500, timeout_s: float = 10.0,
+async def fetch_failed_tasks(client: DashboardClient, limit: int = reads.FAILED_LIMIT, timeout_s: float = 10.0,
                              name: str | None = None) -> Result[list[RawTask]]:
     """FAILED tasks (of task ``name``: filtered in GCS), with times and errors."""
     def p(doc: Any, now: float) -> tuple[Any, str | None]:

@@ -17,10 +17,13 @@ import json
 import re
 import time
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from verltop.convert import one_line, to_bool, to_int, to_str
-from verltop.model import Problem, RasComm, RasRank, RasReport
+from verltop.model import Problem
+
+if TYPE_CHECKING:  # RAS's model loads with its first answer (an engine without RAS never builds it)
+    from verltop.model import RasComm, RasRank, RasReport
 
 DEFAULT_PORT = 28028
 DEFAULT_HOST = "127.0.0.1"
@@ -114,6 +117,8 @@ def parse(body: str) -> tuple[RasReport | None, str | None]:
 
 
 def parse_json(body: str) -> tuple[RasReport | None, str | None]:
+    from verltop.model import RasComm, RasReport
+
     try:
         doc = json.loads(_MISSING_COMMA.sub(r"\1,\2", body))
     except ValueError as e:
@@ -132,6 +137,8 @@ def parse_json(body: str) -> tuple[RasReport | None, str | None]:
 
 
 def _json_rank(r: dict[str, Any], missing: bool) -> RasRank:
+    from verltop.model import RasRank
+
     st = r.get("status") if isinstance(r.get("status"), dict) else {}
     counts = r.get("collective_counts") if isinstance(r.get("collective_counts"), dict) else {}
     return RasRank(
@@ -157,6 +164,8 @@ _PROCESS = re.compile(r"^\s+Process (\d+) on node (\S+) managing GPU")
 def parse_text(body: str) -> tuple[RasReport | None, str | None]:
     """The text report lists only communicators with a problem (mismatched counts, missing ranks). NCCL
     before 2.29.2 garbles every communicator printed after one with missing ranks: those are dropped."""
+    from verltop.model import RasComm, RasRank, RasReport
+
     lines = body.splitlines()
     m = _VERSION.match(lines[0]) if lines else None
     if not m:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 LIMIT = 10000  # Ray's RAY_MAX_LIMIT_FROM_API_SERVER; larger is a 400
+FAILED_LIMIT = 500  # failed calls read at a time (the engine's seed, and per method after)
 
 Read = tuple[str, list[tuple[str, str]]]
 

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import re
+from typing import TYPE_CHECKING
 
 from verltop.convert import to_int
-from verltop.model import CollectiveInfo
 from verltop.sources.dashboard import fetch_log_tail
 from verltop.sources.http import DashboardClient
+
+if TYPE_CHECKING:  # the stack model loads with a dump, not with the engine that reads TAIL_LINES
+    from verltop.model import CollectiveInfo
 
 TAIL_LINES = 400
 
@@ -80,6 +83,8 @@ def parse_watchdog(text: str) -> CollectiveInfo | None:
                 pg = p.group(2) or p.group(1)
     if not found:
         return None
+    from verltop.model import CollectiveInfo
+
     return CollectiveInfo(source="watchdog_log", op=op, seq=seq, last_enqueued=enq, last_completed=comp,
                           numel=numel, pg=pg, timeout_ms=timeout)
 

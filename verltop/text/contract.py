@@ -12,12 +12,10 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from verltop.model import PHASES
-from verltop.text.chains import end_text
 from verltop.text.memory import NO_HISTORY, growth_sentence
 from verltop.text.oom import verdict_reason
 from verltop.text.pending import pending_reason
 from verltop.text.stalls import stall_reason, stall_reasons, stall_target
-from verltop.text.suspects import suspect_reason
 from verltop.text.training import anomaly_sentence, slow_sentence
 
 if TYPE_CHECKING:
@@ -356,6 +354,8 @@ def group_json(g: StackGroup) -> dict[str, Any]:
 
 def suspect_json(s: Suspect) -> dict[str, Any]:
     """A suspect (``suspects[]``): the process (or placement group) and why."""
+    from verltop.text.suspects import suspect_reason  # with the stack analysis: only where a dump is shown
+
     return {"actor_id": s.actor_id or None, "worker_group": s.worker_group, "rank": s.rank,
             "pid": s.pid, "reason": suspect_reason(s), "placement_group_id": s.placement_group_id}
 
@@ -372,6 +372,8 @@ def link_json(lk: ChainLink) -> dict[str, Any]:
 
 def chain_end_json(e: ChainEnd) -> dict[str, Any]:
     """Where a wait chain ends, and why there."""
+    from verltop.text.chains import end_text  # the stack analysis: a dump's, not a snapshot's
+
     return {"pid": e.pid, "process": e.process, "frame": e.frame, "reason": end_text(e),
             "placement_group_id": e.placement_group_id}
 

@@ -3,8 +3,8 @@ incidents (its JSON is ``text.contract.oom_json``)."""
 
 from __future__ import annotations
 
-from verltop.analysis.merge import compact_ints
 from verltop.analysis.oom import lead_kind
+from verltop.analysis.rank_sets import compact_ints
 from verltop.model import ActorRow
 from verltop.model.memory import Headroom, MemoryGrowth, OomVerdict
 from verltop.text.cells import size

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from verltop.analysis.merge import compact_ints
+from verltop.analysis.rank_sets import compact_ints
 from verltop.model import Fate, Peers, Suspect, SuspectWhy, Where
 from verltop.text.cells import duration
 from verltop.text.chains import chain_text, moved_text
