@@ -111,6 +111,16 @@ def test_snapshot_reads_ahead_only_what_the_snapshot_then_asks_for(monkeypatch):
         wait_until(lambda: ahead <= set(pre._futures), 10, "the node details read ahead once the actors are in")
         sent = set(pre._futures)
         assert any(p == "/api/v0/logs/file" for p, _ in sent)  # the TaskRunner's log (its metrics)
+        missed: list[tuple[str, tuple]] = []  # reads the snapshot had to make itself, after the engine's import
+        take = pre.take
+
+        def counted(path, params):
+            fut = take(path, params)
+            if fut is None:
+                missed.append((path, tuple(params or ())))
+            return fut
+
+        pre.take = counted  # type: ignore[method-assign]
 
         async def go() -> None:
             mon = oneshot.monitor(endpoint, Intervals(timeout_s=t), StallSettings(), use_local=False, prefetch=pre)
@@ -119,3 +129,4 @@ def test_snapshot_reads_ahead_only_what_the_snapshot_then_asks_for(monkeypatch):
 
         asyncio.run(go())
     assert pre._futures == {}, f"read ahead and never asked for: {sorted(pre._futures)}"
+    assert missed == [], f"read only once the engine was up: {missed}"
