@@ -63,7 +63,10 @@ def test_snapshot_json_shows_the_engine_under_the_server(demo):
     assert actors["reward_loop_worker_0"]["role"] == "reward_loop"
     wd = [a for a in doc["actors"] if a["class_name"].endswith("WorkerDict")]
     assert len(wd) == 8 and all(a["processes"] == [] for a in wd)
-    assert doc["orphans"] == []
+    # none of this job's processes is an orphan (the other test worker's cluster, on this same machine, may
+    # leave one of its own on purpose: test_a_killed_server_leaves_an_orphan_engine)
+    ours = set(pids.values())
+    assert doc["orphans"] is not None and [o for o in doc["orphans"] if o["pid"] in ours] == []
 
 
 def test_the_reward_loop_scores_in_a_sandbox_child(demo):
