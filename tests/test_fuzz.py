@@ -51,7 +51,8 @@ def test_node_parsers_total(doc):
         except parse.ParseError:
             pass
     parse.node_stats(doc)
-    parse.rank_env(doc)
+    parse.runtime_env(doc)
+    parse.runtime_env(json.dumps(doc))
     parse.death_cause_text(doc)
 
 

@@ -114,7 +114,8 @@ _ENV_MEMO_MAX = 32768
 
 
 def runtime_env(serialized_runtime_env: Any) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
-    """``(rank_env, env_setup)`` of ``serialized_runtime_env`` (a JSON string), parsed once per distinct one."""
+    """``(rank_env, env_setup)`` of ``serialized_runtime_env`` (a JSON string, parsed once per distinct one, or
+    an already parsed value)."""
     env: Any = serialized_runtime_env
     if not isinstance(env, str):
         return rank_env(env), env_setup(env)
@@ -125,7 +126,7 @@ def runtime_env(serialized_runtime_env: Any) -> tuple[tuple[tuple[str, str], ...
     if hit is None:
         try:
             doc = json.loads(env)
-        except ValueError:
+        except (ValueError, RecursionError):
             doc = None
         hit = (rank_env(doc), env_setup(doc)) if doc is not None else ((), ())
         if len(_ENV_MEMO) >= _ENV_MEMO_MAX:
@@ -134,14 +135,8 @@ def runtime_env(serialized_runtime_env: Any) -> tuple[tuple[tuple[str, str], ...
     return hit
 
 
-def rank_env(serialized_runtime_env: Any) -> tuple[tuple[str, str], ...]:
-    """Pull the rank keys out of ``serialized_runtime_env`` (a JSON string) and drop everything else."""
-    env: Any = serialized_runtime_env
-    if isinstance(env, str):
-        try:
-            env = json.loads(env) if env else {}
-        except ValueError:
-            return ()
+def rank_env(env: Any) -> tuple[tuple[str, str], ...]:
+    """The rank keys of a parsed runtime env; everything else is dropped."""
     env_vars = _dict(_dict(env).get("env_vars"))
     out = []
     for key in RANK_ENV_KEYS:
@@ -162,16 +157,8 @@ def death_cause_text(dc: Any) -> str | None:
 ENV_SETUP_KEYS = ("pip", "uv", "conda", "container", "image_uri")
 
 
-def env_setup(serialized_runtime_env: Any) -> tuple[str, ...]:
-    """Which set-up steps a runtime env asks for (``("pip",)``); names only, values are dropped here."""
-    env: Any = serialized_runtime_env
-    if isinstance(env, str):
-        if not env or env == "{}":
-            return ()
-        try:
-            env = json.loads(env)
-        except ValueError:
-            return ()
+def env_setup(env: Any) -> tuple[str, ...]:
+    """Which set-up steps a parsed runtime env asks for (``("pip",)``); names only, values are dropped here."""
     env = _dict(env)
     return tuple(k for k in ENV_SETUP_KEYS if env.get(k))
 
