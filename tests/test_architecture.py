@@ -202,3 +202,14 @@ def test_no_module_over_600_lines():
     """Small rooms: a module past 600 lines holds several jobs; split it by what each part holds."""
     big = {str(f.relative_to(PKG.parent)): n for f in PKG.rglob("*.py") if (n := len(f.read_text().splitlines())) > 600}
     assert not big, big
+
+
+def test_a_snapshot_builds_no_dump_or_ras_model():
+    """A snapshot's engine and JSON contract leave the stack analysis and the RAS model unimported: their
+    dataclasses (~0.7 ms each to build) are a dump's and an answer's cost, not every snapshot's."""
+    code = ("import sys, verltop.engine.oneshot, verltop.engine.monitor, verltop.text.contract\n"
+            "print(sorted(m for m in ('verltop.model.stacks', 'verltop.model.ras', 'verltop.analysis.merge',\n"
+            "                         'verltop.analysis.ras', 'verltop.text.chains') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=PKG.parent).stdout
+    assert ast.literal_eval(out) == []
