@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from verltop.analysis.history import TaskHistory
-from verltop.analysis.snapshot_build import ClusterData, build_snapshot
+from verltop.analysis.snapshot_build import BuildMemo, ClusterData, build_snapshot
 from verltop.model import Node, ProcStat, RawActor, RawTask
 
 NOW = 1_800_000_000.0
@@ -28,12 +28,12 @@ def data(acts, procs=(), tasks=()) -> ClusterData:
 
 
 def test_unchanged_actors_keep_their_rows_and_changed_ones_are_rebuilt():
-    hist, memo = TaskHistory(), {}
+    hist, memo = TaskHistory(), BuildMemo()
     acts = actors()
     task = RawTask("t1", "update", "WorkerDict.update", "RUNNING", "w0", "n1", 100, (NOW - 30) * 1000)
     procs = [ProcStat(pid=201, cpu_percent=5.0, rss_bytes=1 << 30, title="x")]
     first = build_snapshot(data(acts, procs, [task]), hist, NOW, memo=memo)
-    assert set(memo) == {a.actor_id for a in acts}
+    assert set(memo.rows) == {a.actor_id for a in acts}
     acts2 = [*acts[:3], replace(acts[3], state="DEAD"), acts[4]]  # x1 died
     procs2 = [ProcStat(pid=201, cpu_percent=50.0, rss_bytes=1 << 30, title="x")]  # x1's figures changed too
     d2 = data(acts2, procs2, [task])
@@ -45,11 +45,11 @@ def test_unchanged_actors_keep_their_rows_and_changed_ones_are_rebuilt():
     assert by2["x1"] is not by1["x1"] and by2["x1"].state == "DEAD"
     assert second == build_snapshot(d2, hist, NOW + 2)  # the same snapshot as without the memo
     build_snapshot(data(acts2[:2]), hist, NOW + 4, memo=memo)
-    assert set(memo) == {"w0", "w1"}  # actors that left are forgotten
+    assert set(memo.rows) == {"w0", "w1"}  # actors that left are forgotten
 
 
 def test_idle_actors_on_the_same_node_objects_keep_their_rows_and_their_stalls_are_judged_anew():
-    hist, memo = TaskHistory(), {}
+    hist, memo = TaskHistory(), BuildMemo()
     acts = actors()
     procs = [ProcStat(pid=201, cpu_percent=5.0, rss_bytes=1 << 30, title="x")]
     d = data(acts, procs)  # no task runs: every actor idle

@@ -208,3 +208,36 @@ async def test_stack_screen_opens_a_finished_dump_and_r_takes_a_new_one():
             await pilot.press("r")
             await pilot.pause()
             assert app.screen.report is report and tracebacks() == 2 * taken
+
+
+async def test_a_tick_just_before_a_snapshot_is_left_to_it_but_never_two_in_a_row(replay):
+    """The clocks tick a second after each snapshot; a tick that the next snapshot (by the last gaps between
+    them) would follow within a moment is skipped, so a 2 s refresh repaints twice, not three times; a
+    snapshot that does not come costs the clocks one second at most."""
+    import time
+
+    from verltop.ui.screens.main import MainScreen
+
+    app = make_app(replay.url)
+    async with app.run_test(size=(180, 40)) as pilot:
+        await wait_rows(pilot, app, 5)
+        app.engine.paused = True  # no snapshot lands while the rule is looked at
+        main = app.screen
+        assert isinstance(main, MainScreen)
+        ticks: list[float] = []
+        main.tick = ticks.append  # type: ignore[method-assign]
+        app._gaps = (2.0, 2.0, 2.0)
+        app._shown_at = time.monotonic() - 1.0  # the tick a second after a snapshot: the next is a second off
+        app._tick()
+        assert len(ticks) == 1
+        app._shown_at = time.monotonic() - 1.9  # the next snapshot is due within the skip window
+        app._tick()
+        assert len(ticks) == 1, "a tick right before the next snapshot repaints for nothing"
+        app._tick()  # that snapshot did not come: this tick is not skipped too
+        assert len(ticks) == 2
+        app._tick()
+        assert len(ticks) == 2  # skipped again, once, as the snapshot is still due
+        shown = app.snapshots_shown
+        app.engine.paused = False
+        await pilot_wait(pilot, lambda: app.snapshots_shown > shown, 10, "a snapshot shown after the pause")
+        assert app._shown_at is not None and time.monotonic() - app._shown_at < 1.0  # the ticks' phase moved

@@ -169,6 +169,9 @@ def from_call(call: FailedCall, row: ActorRow | None, now: float) -> OomVerdict 
     return _verdict(row, call.actor_id, kind, how, call.end_s or now, call.method, oom_message(call.error), kill)
 
 
+_GONE = ("DEAD", "RESTARTING")
+
+
 def from_death(row: ActorRow, death: Death | None = None, headroom_free: dict[str, float] | None = None,
                headroom_kind: dict[str, str] | None = None, method: str | None = None,
                at: float | None = None) -> OomVerdict | None:
@@ -177,7 +180,7 @@ def from_death(row: ActorRow, death: Death | None = None, headroom_free: dict[st
     ``sigkill_near_limit`` (SIGKILL, or a death that left no word, with less than ``NEAR_LIMIT`` of its limit
     free: ``headroom_free`` by actor id, the kind of that limit in ``headroom_kind``). ``method``: the call it
     ran when last seen alive."""
-    if row.state not in ("DEAD", "RESTARTING"):
+    if row.state not in _GONE:
         return None
     text = row.death_text or row.death_cause or ""
     kind = death.kind if death is not None else None
@@ -292,7 +295,7 @@ def verdicts(calls: Iterable[FailedCall], rows: Iterable[ActorRow], steps: tuple
             out.append((v, c.start_s))
     seen = {v.actor_id for v, _ in out}
     for a in by_id.values():
-        if a.actor_id in seen:
+        if a.actor_id in seen or a.state not in _GONE:  # only a dead or restarting rank has a death to judge
             continue
         v = from_death(a, (deaths or {}).get(a.actor_id), free, hkind, (last_method or {}).get(a.actor_id),
                        (died_at or {}).get(a.actor_id, now))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -96,9 +97,54 @@ def _gpu_map(gpus: tuple[Gpu, ...]) -> dict[int, tuple[Gpu, int | None]]:
 PROBE_CLASS = "VerltopProbe"  # the class of sources/probe.py's actors (they live in namespace verltop-probe)
 
 
+@dataclass(slots=True)
+class BuildMemo:
+    """What one build leaves for the next (the caller's, one per live view): the work of whatever did not
+    change since. At 10,000 actors most of them are idle and unchanged from one build to the next."""
+
+    rows: dict[str, tuple] = field(default_factory=dict)  # actor id → its inputs and its row (before stalls)
+    nodes: dict[str, tuple] = field(default_factory=dict)  # node id → (node, its pid → GPU map, pid → process)
+    order: tuple[list, list[int]] | None = None  # the last build's sort keys in actor order, and their sorted order
+
+
+def _node_maps(data: ClusterData, memo: BuildMemo | None) -> tuple[dict, dict]:
+    """Each node's pid → (GPU, memory) and pid → process maps; a node object seen by the last build keeps
+    its maps."""
+    gpus_by_node: dict[str, dict[int, tuple[Gpu, int | None]]] = {}
+    procs_by_node: dict[str, dict[int, ProcStat]] = {}
+    last = memo.nodes if memo is not None else {}
+    kept = {}
+    for n in data.nodes:
+        m = last.get(n.node_id)
+        if m is None or m[0] is not n:
+            m = (n, _gpu_map(n.gpus) if n.gpus else None, {p.pid: p for p in n.procs} if n.procs else None)
+        kept[n.node_id] = m
+        if m[1] is not None:
+            gpus_by_node[n.node_id] = m[1]
+        if m[2] is not None:
+            procs_by_node[n.node_id] = m[2]
+    if memo is not None:
+        memo.nodes = kept
+    return gpus_by_node, procs_by_node
+
+
+def _sorted(rows: list[tuple[tuple, ActorRow]], memo: BuildMemo | None) -> list[ActorRow]:
+    """The rows in table order. Where every sort key is the very object of the last build's, in the same
+    actor order, the last order stands without comparing 10,000 keys again."""
+    keys = [k for k, _ in rows]
+    last = memo.order if memo is not None else None
+    if last is not None and len(last[0]) == len(keys) and all(map(operator.is_, keys, last[0])):
+        order = last[1]
+    else:
+        order = sorted(range(len(keys)), key=keys.__getitem__)
+    if memo is not None:
+        memo.order = (keys, order)
+    return [rows[i][1] for i in order]
+
+
 def build_snapshot(
     data: ClusterData, hist: TaskHistory, now: float, cfg: StallSettings | None = None,
-    memo: dict[str, tuple] | None = None,
+    memo: BuildMemo | None = None,
 ) -> Snapshot:
     """Everything the table shows, from raw data and history. Pure: no I/O, no clock.
 
@@ -106,17 +152,15 @@ def build_snapshot(
     the last build keeps its row (before stalls), not built again: at 10,000 actors most of them are idle
     and unchanged, and a row of 40 fields is most of a build's cost."""
     cfg = cfg or StallSettings()
+    rmemo = memo.rows if memo is not None else None
     kept: dict[str, tuple] | None = {} if memo is not None else None
     nodes = {n.node_id: n for n in data.nodes}
     tasks_by_actor: dict[str, list[RawTask]] = {}
     for t in data.tasks:
         if t.actor_id:
             tasks_by_actor.setdefault(t.actor_id, []).append(t)
-    gpus_by_node = {n.node_id: _gpu_map(n.gpus) for n in data.nodes if n.gpus}
+    gpus_by_node, procs_by_node = _node_maps(data, memo)
     local_gpu_map = _gpu_map(data.local_gpus) if data.local_gpus else {}
-    procs_by_node: dict[str, dict[int, ProcStat]] = {
-        n.node_id: {p.pid: p for p in n.procs} for n in data.nodes if n.procs
-    }
     trees = P.tree_views(data.local_tree, data.local_node_ids, data.local_gpus, data.remote_trees, nodes)
     attach = P.by_actor(data.actors, trees, nodes)
 
@@ -124,7 +168,7 @@ def build_snapshot(
     # (identity, group) of each actor; the memo's when it is the same actor object as last time
     idents: dict[str, tuple[R.Identity, str]] = {}
     for a in data.actors:
-        last = memo.get(a.actor_id) if memo is not None else None
+        last = rmemo.get(a.actor_id) if rmemo is not None else None
         if last is not None and last[0] is a:
             idents[a.actor_id] = (last[1], last[2])
         else:
@@ -154,7 +198,7 @@ def build_snapshot(
             roles = (ident.base_role,)
         roles_in = roles
         alive = a.state == "ALIVE"
-        last = memo.get(a.actor_id) if memo is not None else None
+        last = rmemo.get(a.actor_id) if rmemo is not None else None
         node = nodes.get(a.node_id or "")
         lm = hist.last_method.get(a.actor_id)
         att = attach.get(a.actor_id)
@@ -166,14 +210,8 @@ def build_snapshot(
             if pre[0] is node and pre[1] == lm and pre[2] == roles_in and pre[3] is att:
                 if kept is not None:
                     kept[a.actor_id] = last
-                row = last[4]
-                if row.role not in _NO_STALL_ROLES:
-                    st = stalls_for(TaskView(actor_id=a.actor_id, group=gk, method=None, task_id=None, running_s=None,
-                                             start_s=None, has_gpu=last[7], gpu_util_percent=row.gpu_util_percent,
-                                             state=a.state, death_cause=a.death_cause), hist, now, cfg, stall_memo)
-                    if st:
-                        row = replace(row, stalls=st)
-                rows.append((last[5], row))
+                # alive with no call running: no stall rule applies (stalls_for answers () for it)
+                rows.append((last[5], last[4]))
                 continue
         ts = tasks_by_actor.get(a.actor_id, []) if alive else []
         t = (ts[0] if len(ts) == 1 else _pick_task(ts)) if ts else None
@@ -223,7 +261,10 @@ def build_snapshot(
         else:
             row = _row(a, ident, node, t, method, role, roles, running_s, start_s, proc, cpu, gpu, gpu_mem, gpu_total,
                        att)
-            entry = (a, ident, gk, key, row, sort_key(row), pre, gpu is not None)
+            sk = sort_key(row)
+            if last is not None and last[5] == sk:
+                sk = last[5]  # the same key object: the last build's order may stand (``_sorted``)
+            entry = (a, ident, gk, key, row, sk, pre, gpu is not None)
         if kept is not None:
             kept[a.actor_id] = entry
         row, sk = entry[4], entry[5]
@@ -253,8 +294,7 @@ def build_snapshot(
         rows.append((sk, row))
 
     if memo is not None and kept is not None:
-        memo.clear()
-        memo.update(kept)
+        memo.rows = kept
     if data.ras is not None:
         from verltop.analysis import ras as RAS  # its model loads with RAS's first answer
 
@@ -262,14 +302,14 @@ def build_snapshot(
         if by_actor:
             rows = [(k, replace(r, stalls=(by_actor[r.actor_id], *r.stalls))) if r.actor_id in by_actor else (k, r)
                     for k, r in rows]
-    rows.sort(key=_first)
+    ordered = _sorted(rows, memo)
     progress = now - hist.last_finish_s if hist.last_finish_s is not None else None
     merged_nodes = _local_gpus_into_nodes(data)
     return Snapshot(
         taken_at=now,
         address=data.address,
         nodes=merged_nodes,
-        actors=tuple(r for _, r in rows),
+        actors=tuple(ordered),
         phase=R.step_phase(running_roles),
         sources=data.sources,
         progress_s=progress,
@@ -322,10 +362,6 @@ def _row(a: RawActor, ident: R.Identity, node: Node | None, t: RawTask | None, m
 
 _ROLE_ORDER = {r: i for i, r in enumerate(("controller", *R._ROLE_PREFERENCE, "rollout_server", "agent_loop",
                                                "reward_loop", "other"))}
-
-
-def _first(pair: tuple) -> tuple:
-    return pair[0]
 
 
 def sort_key(r: ActorRow) -> tuple:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from verltop.analysis import roles as R
 from verltop.analysis.history import TaskHistory
-from verltop.analysis.snapshot_build import ClusterData, group_key
+from verltop.analysis.snapshot_build import BuildMemo, ClusterData, group_key
 from verltop.analysis.stalls import StallSettings
 from verltop.engine.base import Engine
 from verltop.engine.memory_book import MemoryWatch
@@ -127,7 +127,10 @@ class PollState(Engine):
         self.tasks_truncated: str | None = None  # the running tasks' list: cut at Ray's limit, or events lost
         self.seeded = False
         self._actor_cache: dict[str, RawActor] = {}
-        self._row_memo: dict = {}  # build_snapshot's rows of the last build, reused where nothing changed
+        self._row_memo = BuildMemo()  # what the last build worked out, reused where nothing changed
+        # node id → (summary node, detail node, the two merged): the same merged object while neither changed,
+        # so that the rows on it are reused as they are (a new Node each build made every row look changed)
+        self._merged_nodes: dict[str, tuple[Node, Node, Node]] = {}
         self._actor_detail_at: float | None = None
         self._task_starts: dict[str, float] = {}
         self._task_objs: dict[str, RawTask] = {}

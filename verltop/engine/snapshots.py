@@ -24,8 +24,11 @@ class SnapshotBuilding(PollState):
         now = self.clock() if now is None else now
         nodes: list[Node] = list(self.src.nodes.value or [])
         if self.node_details:
-            nodes = [_with_detail(n, self.node_details[n.node_id]) if n.node_id in self.node_details else n
+            nodes = [self._merged(n, self.node_details[n.node_id]) if n.node_id in self.node_details else n
                      for n in nodes]
+            if len(self._merged_nodes) > len(self.node_details):  # nodes whose details are no longer read
+                for nid in [k for k in self._merged_nodes if k not in self.node_details]:
+                    del self._merged_nodes[nid]
         ls: LocalSample | None = self.src.local.value
         procs: dict[int, ProcStat] = ls.procs if ls else {}
         statuses = [s.status(now) for s in self.src.all()
@@ -51,6 +54,13 @@ class SnapshotBuilding(PollState):
             remote_trees=tuple(self.remote.trees.values()),
             pending=self.pending.data(),
         )
+
+    def _merged(self, n: Node, d: Node) -> Node:
+        """``_with_detail``, the same object while the node's summary and its detail read are."""
+        m = self._merged_nodes.get(n.node_id)
+        if m is None or m[0] is not n or m[1] is not d:
+            m = self._merged_nodes[n.node_id] = (n, d, _with_detail(n, d))
+        return m[2]
 
     async def snapshot_async(self, now: float | None = None) -> Snapshot:
         """``snapshot`` with the analysis in a worker thread; polls that would change the history wait

@@ -14,6 +14,9 @@ from verltop.engine import Engine
 from verltop.engine.heap import HeapTrim, settle_gc
 from verltop.model import DumpReport, Snapshot
 
+TICK_S = 1.0  # the clocks on screen (task ages, the data's age) move once a second
+TICK_SKIP_S = 0.35  # a tick this close before the next snapshot is left to it
+
 
 class VerltopApp(App):
     CSS_PATH = "verltop.tcss"
@@ -36,6 +39,9 @@ class VerltopApp(App):
         self.snapshots_shown = 0
         self.last_layout_ms = 0.0
         self.marks: tuple[SuspectMark, ...] = ()  # the last dump's suspects, marked on the main screen
+        self._shown_at: float | None = None  # monotonic time of the last snapshot shown
+        self._gaps: tuple[float, ...] = ()  # the last few gaps between snapshots shown
+        self._skipped = False  # the last tick was left to a snapshot due
 
     @classmethod
     def live(cls, endpoint: Any, intervals: Any = None, stall: Any = None, use_local: bool = True, demo: Any = None,
@@ -57,7 +63,7 @@ class VerltopApp(App):
             self.push_screen(ReplayScreen())
         if self.autostart:
             self.engine.start()
-        self.set_interval(1.0, self._tick)
+        self._ticker = self.set_interval(TICK_S, self._tick)
 
     def _on_snapshot(self, snap: Snapshot) -> None:
         """The engine published: lay the table out off the UI loop, then swap it in. A snapshot that arrives
@@ -82,6 +88,7 @@ class VerltopApp(App):
             self.snapshot = snap  # what is on screen now
             self.last_layout_ms = (time.perf_counter() - t0) * 1000
             self.snapshots_shown += 1
+            self._rephase_ticks()
         if self.snapshots_shown == 2:  # past the first frame: the collection below does not delay it
             settle_gc()
         self._heap.tick()
@@ -105,10 +112,37 @@ class VerltopApp(App):
             if isinstance(m, MainScreen):
                 m.redraw()
 
+    def _rephase_ticks(self) -> None:
+        """The clocks tick a whole second after each snapshot shown, not on a phase of their own, and a tick
+        that the next snapshot would follow within ``TICK_SKIP_S`` is left to it: a snapshot every 2 s then
+        costs two repaints (itself and one tick), not three."""
+        now = time.monotonic()
+        if self._shown_at is not None:
+            self._gaps = (*self._gaps[-4:], now - self._shown_at)
+        self._shown_at = now
+        ticker = getattr(self, "_ticker", None)
+        if ticker is not None and self.engine.live:
+            ticker.stop()
+            self._ticker = self.set_interval(TICK_S, self._tick)
+
+    def _snapshot_due(self) -> bool:
+        """The next snapshot is expected within ``TICK_SKIP_S`` (by the last few gaps between them)."""
+        if self._showing is not None and not self._showing.done():
+            return True
+        if self._shown_at is None or len(self._gaps) < 2:
+            return False
+        gap = sorted(self._gaps)[len(self._gaps) // 2]
+        return time.monotonic() - self._shown_at >= gap - TICK_SKIP_S
+
     def _tick(self) -> None:
         """Between snapshots the clocks move: task ages, the progress clock, the data's age."""
         from verltop.ui.screens.main import MainScreen
 
+        # never two in a row: a snapshot that does not come (no news) leaves the clocks one second behind at most
+        if not self._skipped and self.engine.live and self._snapshot_due():
+            self._skipped = True
+            return
+        self._skipped = False
         for screen in self.screen_stack:
             if isinstance(screen, MainScreen) or hasattr(screen, "tick"):
                 screen.tick(self.clock())

@@ -20,7 +20,7 @@ from verltop.ui.widgets import process_rows as PR
 from verltop.ui.widgets.actor_table import ActorTable
 from verltop.ui.widgets.footer import Footer
 from verltop.ui.widgets.header_bar import HeaderBar
-from verltop.ui.widgets.table_rows import GROUPINGS, SORTS, group_of, layout_rows
+from verltop.ui.widgets.table_rows import GROUPINGS, SORTS, RowMemo, group_of, layout_rows
 from verltop.ui.widgets.text_line import TextLine
 
 
@@ -35,6 +35,7 @@ class MainScreen(Screen):
         self.filter_invert = False
         self.paused = False
         self._last: Snapshot | None = None
+        self._rows_memo = RowMemo()  # the last layout's actor rows, reused while their actor is the same
         self.toggled: dict[str, bool] = {}  # process trees the user opened or closed, by actor id
 
     def compose(self) -> ComposeResult:
@@ -72,7 +73,7 @@ class MainScreen(Screen):
         """The table's rows for ``snap`` under the current grouping, sort and filter (pure: the app runs it
         off the UI loop)."""
         return layout_rows(snap, self.grouping, self.sort, self.filter_rx, self.filter_invert, dict(self.toggled),
-                           live_marks(self.app.marks, snap.actors, snap.taken_at))
+                           live_marks(self.app.marks, snap.actors, snap.taken_at), self._rows_memo)
 
     def _header(self, snap: Snapshot | None, paused: bool, now: float | None = None) -> None:
         engine = self.app.engine
@@ -89,8 +90,7 @@ class MainScreen(Screen):
         self.table.set_shape(snap, max((*(len(mark_tag(m)) for m in marks.values()), *map(len, ooms)), default=0))
         self.table.apply(rows if rows is not None else self.table_rows(snap), snap.taken_at)
         self._show_selection()
-        node_of = {a.actor_id: a.node_id for a in snap.actors}
-        self.app.engine.set_focus(node_of[k] for k in self.table.visible_actor_rows() if node_of.get(k))
+        self.app.engine.set_focus(self.table.visible_actor_nodes())
         if not snap.actors and not snap.errors and not snap.pending:
             self.message("no actors in this Ray cluster yet")
 

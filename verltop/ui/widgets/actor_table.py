@@ -228,6 +228,11 @@ class ActorTable(ScrollView, can_focus=True):
         top, bottom = self._view()
         return [r.key for r in self._rows[top:bottom] if r.actor is not None]
 
+    def visible_actor_nodes(self) -> list[str]:
+        """The nodes of the actors on screen, top first (what the engine reads first)."""
+        top, bottom = self._view()
+        return [r.actor.node_id for r in self._rows[top:bottom] if r.actor is not None and r.actor.node_id]
+
     def selected_key(self) -> str | None:
         if not self._rows or not 0 <= self.cursor_row < len(self._rows):
             return None

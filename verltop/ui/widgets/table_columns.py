@@ -104,13 +104,16 @@ def fit_columns(width: int, has_gpu: bool = True, multi_node: bool = True,
 def content_widths(snap: Snapshot) -> dict[str, int]:
     """How wide the text columns need to be for this cluster (role names, IPs, bare task names, and the
     titles of child processes)."""
-    out = {"role": 4, "node": 4, "task": 4}
-    for a in snap.actors:
-        out["role"] = max(out["role"], len(a.role) + (2 if a.processes else 0))
-        out["node"] = max(out["node"], len(a.node_ip or "-"))
-        out["task"] = max(out["task"], len(bare_task(a.task, a.role) or "-"))
-        for p in a.processes:
-            out["role"] = max(out["role"], 2 * p.depth + len(narrow_title(p.title)))
+    acts = snap.actors
+    # over the distinct values only: 10,000 actors have a few dozen roles, IPs and task names
+    out = {"role": max((4, *map(len, {a.role for a in acts}))),
+           "node": max((4, *map(len, {a.node_ip or "-" for a in acts}))),
+           "task": max((4, *(len(bare_task(t, r) or "-") for t, r in {(a.task, a.role) for a in acts})))}
+    for a in acts:
+        if a.processes:
+            out["role"] = max(out["role"], len(a.role) + 2)
+            for p in a.processes:
+                out["role"] = max(out["role"], 2 * p.depth + len(narrow_title(p.title)))
     for o in snap.orphans or ():
         out["role"] = max(out["role"], len(narrow_title(o.title)))
         out["node"] = max(out["node"], len(o.node_ip or "-"))

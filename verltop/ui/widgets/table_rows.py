@@ -98,17 +98,31 @@ def matches(a: ActorRow, rx: re.Pattern[str] | None, invert: bool) -> bool:
     return hit != invert
 
 
+class RowMemo:
+    """The actor rows of the last layout (one per view), kept while their actor row is the same object:
+    at 10,000 actors most rows of a snapshot are the last one's."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, Row] = {}
+
+
 def layout_rows(snap: Snapshot, grouping: str, sort: str, rx: re.Pattern[str] | None = None,
                 invert: bool = False, toggled: dict[str, bool] | None = None,
-                marks: dict[str, SuspectMark] | None = None) -> list[Row]:
+                marks: dict[str, SuspectMark] | None = None, memo: RowMemo | None = None) -> list[Row]:
     """The ordered rows to show: group headers followed by their actors, each actor followed by its child
     processes when its tree is open (``toggled``: the user's choices by actor id, over
     ``process_rows.default_open``), and the orphans' group last. ``marks``: the last dump's suspects that
     still hold (``analysis.marks.live_marks``), marked on their rows and their group's."""
     groups: dict[str, list[ActorRow]] = {}
-    for a in snap.actors:
-        if matches(a, rx, invert):
+    if rx is None:
+        for a in snap.actors:
             groups.setdefault(group_of(a, grouping), []).append(a)
+    else:
+        for a in snap.actors:
+            if matches(a, rx, invert):
+                groups.setdefault(group_of(a, grouping), []).append(a)
+    last = memo.rows if memo is not None else {}
+    kept: dict[str, Row] = {}
     toggled = toggled or {}
     defaults = PR.default_open(snap.actors)
     rows: list[Row] = []
@@ -129,11 +143,19 @@ def layout_rows(snap: Snapshot, grouping: str, sort: str, rx: re.Pattern[str] | 
         rows.append(Row(f"grp:{grouping}:{name}", header=header_text(name, members, grouping, work.get(name),
                                                                      held)))
         for a in members:
-            m = marks.get(a.actor_id)
-            oom = ooms.get(a.actor_id)
+            aid = a.actor_id
+            if not a.processes and aid not in marks and aid not in ooms and aid not in slow:
+                row = last.get(aid)  # the plain row of an unmarked actor: the last layout's, if its actor is
+                if row is None or row.actor is not a or row.mark or row.note:
+                    row = Row(aid, actor=a)
+                rows.append(row)
+                kept[aid] = row
+                continue
+            m = marks.get(aid)
+            oom = ooms.get(aid)
             tag = mark_tag(m) if m is not None else f"{MARK} {verdict_tag(oom)}" if oom is not None else ""
             if not a.processes:
-                rows.append(Row(a.actor_id, actor=a, mark=tag, note=slow.get(a.actor_id, "")))
+                rows.append(Row(aid, actor=a, mark=tag, note=slow.get(aid, "")))
                 continue
             open_ = PR.is_open(a, toggled, defaults)
             rows.append(Row(a.actor_id, actor=a, marker="▾" if open_ else "▸", mark=tag,
@@ -143,6 +165,8 @@ def layout_rows(snap: Snapshot, grouping: str, sort: str, rx: re.Pattern[str] | 
                 rows.extend(Row(f"proc:{a.actor_id}:{p.pid}", proc=p, parent=a, branch=b,
                                 mark=tag if p.pid == child else "")
                             for p, b in zip(a.processes, PR.branches(a.processes), strict=True))
+    if memo is not None:
+        memo.rows = kept
     if snap.orphans and not invert and (rx is None or any(o.title and rx.search(o.title) for o in snap.orphans)):
         rows.append(Row("grp:orphans", header=PR.orphans_header(snap.orphans)))
         names = {a.actor_id: a.actor_name or a.class_name for a in snap.actors}
