@@ -6,7 +6,9 @@ The columns are fitted in ``table_columns``, the rows laid out in ``table_rows``
 
 from __future__ import annotations
 
+from rich.cells import cell_len, set_cell_size
 from rich.console import Console
+from rich.style import Style
 from rich.text import Text
 from textual import events
 from textual.geometry import Region, Size
@@ -38,6 +40,14 @@ def _middle(t: Text, keep: int, width: int) -> Text:
     out = head.copy()
     out.append(short, style=name.spans[0].style if name.spans else name.style)
     return out
+
+
+def _fit(plain: str, width: int) -> str:
+    """``plain`` cut to ``width`` cells with an ellipsis, or padded to it (``Text.truncate``'s ellipsis, pad)."""
+    n = cell_len(plain)
+    if n > width:
+        return set_cell_size(plain, width - 1) + "…"
+    return plain + " " * (width - n) if n < width else plain
 
 
 class ActorTable(ScrollView, can_focus=True):
@@ -83,6 +93,7 @@ class ActorTable(ScrollView, can_focus=True):
         self._age = self._age_index()
         self._width = self._cols_width()
         self.now: float | None = None
+        self._pass: tuple[int, Style] | None = None  # (width, base style) while a repaint renders its lines
 
     # ---------------------------------------------------------- columns
 
@@ -261,11 +272,22 @@ class ActorTable(ScrollView, can_focus=True):
     def _line_strip(self, cells: list, cols: tuple[Shown, ...], r: Row, selected: bool) -> Strip:
         line = Text(no_wrap=True, overflow="crop")
         for col, c in zip(cols, cells, strict=True):
-            t = c.copy() if isinstance(c, Text) else Text(str(c))
-            t.truncate(col.width, overflow="ellipsis", pad=True)
-            line.append(" ")
-            line.append_text(t)
-            line.append(" ")
+            if isinstance(c, Text) and c.spans:  # styled in parts: Rich cuts and pads it
+                t = c.copy()
+                t.truncate(col.width, overflow="ellipsis", pad=True)
+                line.append(" ")
+                line.append_text(t)
+                line.append(" ")
+                continue
+            # one style or none (most cells): fitted as a string, the same cut and padding without a copy
+            plain, style = (c.plain, c.style) if isinstance(c, Text) else (str(c), "")
+            plain = _fit(plain, col.width)
+            if style:
+                line.append(" ")
+                line.append(plain, style)
+                line.append(" ")
+            else:
+                line.append(f" {plain} ")
         return self._finish(line, r, selected)
 
     def _finish(self, line: Text, r: Row, selected: bool) -> Strip:
@@ -309,15 +331,24 @@ class ActorTable(ScrollView, can_focus=True):
         line.stylize(self.get_component_rich_style("actor-table--header", partial=True))
         return Strip(list(line.render(self._row_console)), line.cell_len)
 
+    def render_lines(self, crop: Region) -> list[Strip]:
+        # the width and the base style once per repaint, not per line: each is a walk of the DOM (a lookup in
+        # the compositor's map, the ancestors' styles), and was a tenth of a 1,024-actor refresh's CPU
+        self._pass = (self.size.width, self.rich_style)
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._pass = None
+
     def render_line(self, y: int) -> Strip:
         sx = int(self.scroll_offset.x)
-        width = self.size.width
+        width, base = self._pass or (self.size.width, self.rich_style)
         if y == 0:
             strip = self._header()
         else:
             i = int(self.scroll_offset.y) + y - 1
             if i >= len(self._rows):
-                return Strip.blank(width, self.rich_style)
+                return Strip.blank(width, base)
             r = self._rows[i]
             sel = i == self.cursor_row
             key = (r.key, sel)
@@ -325,7 +356,7 @@ class ActorTable(ScrollView, can_focus=True):
             if strip is None or self._sig.get(r.key) is None:
                 self._sig.setdefault(r.key, r.sig(self.now))
                 strip = self._strips[key] = self._render_row(r, sel)
-        return strip.crop_extend(sx, sx + width, self.rich_style)
+        return strip.crop_extend(sx, sx + width, base)
 
     # ---------------------------------------------------------- cursor
 
