@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from verltop.analysis import snapshot_build as SB
 from verltop.analysis.history import TaskHistory
 from verltop.analysis.snapshot_build import BuildMemo, ClusterData, build_snapshot
 from verltop.model import Node, ProcStat, RawActor, RawTask
@@ -61,3 +62,29 @@ def test_idle_actors_on_the_same_node_objects_keep_their_rows_and_their_stalls_a
         for r in again.actors:
             if not r.stalls:
                 assert r is by1[r.actor_id]
+
+
+def test_a_running_call_on_the_same_inputs_is_copied_with_its_new_age_and_judged_anew(monkeypatch):
+    """A rank whose call, node and process are the objects of the last build gets a row that differs in its
+    age only (copied, not worked out again), its stalls judged at the new time: the same snapshot as a build
+    without the memo, whether the call is young, old enough to stall, or has ended."""
+    hist, memo = TaskHistory(), BuildMemo()
+    acts = actors()
+    task = RawTask("t1", "actor_rollout_update_actor", "WorkerDict.actor_rollout_update_actor", "RUNNING", "w0", "n1",
+                   100, (NOW - 30) * 1000)
+    d = data(acts, [ProcStat(pid=100, cpu_percent=5.0, rss_bytes=1 << 30, title="x")], [task])
+    first = build_snapshot(d, hist, NOW, memo=memo)
+    copied: list[str] = []
+    values = SB._ROW_VALUES
+    monkeypatch.setattr(SB, "_ROW_VALUES", lambda row: copied.append(row.actor_id) or values(row))
+    for dt in (2.0, 4000.0):  # 4000 s: past every age limit, so the rules name a stall
+        again = build_snapshot(d, hist, NOW + dt, memo=memo)
+        assert again == build_snapshot(d, hist, NOW + dt)
+        w0 = next(r for r in again.actors if r.actor_id == "w0")
+        assert w0.task_running_s == 30.0 + dt and w0.cpu_percent == 5.0 and w0.role == "actor_rollout"
+        assert w0 is not next(r for r in first.actors if r.actor_id == "w0")
+    assert any(s.rule == "age" for s in w0.stalls)
+    assert copied == ["w0", "w0"]  # the running rank's row was copied, both times (the check builds had no memo)
+    ended = build_snapshot(data(acts, (), ()), hist, NOW + 4002, memo=memo)  # the call ended: a new row
+    assert ended == build_snapshot(data(acts, (), ()), hist, NOW + 4002)
+    assert next(r for r in ended.actors if r.actor_id == "w0").task is None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from verltop.analysis import processes as P
@@ -93,6 +93,10 @@ def _gpu_map(gpus: tuple[Gpu, ...]) -> dict[int, tuple[Gpu, int | None]]:
                 best[p] = (g, mem)
     return best
 
+
+_ROW_FIELDS = tuple(f.name for f in fields(ActorRow))
+_ROW_VALUES = operator.attrgetter(*_ROW_FIELDS)  # a row's values in its fields' order, in C
+_RUNNING_AT = _ROW_FIELDS.index("task_running_s")
 
 PROBE_CLASS = "VerltopProbe"  # the class of sources/probe.py's actors (they live in namespace verltop-probe)
 
@@ -215,6 +219,31 @@ def build_snapshot(
                 continue
         ts = tasks_by_actor.get(a.actor_id, []) if alive else []
         t = (ts[0] if len(ts) == 1 else _pick_task(ts)) if ts else None
+        if (t is not None and last is not None and last[0] is a and last[3][1] is t and t.start_time_ms
+                and not a.num_restarts and a.node_id not in data.local_node_ids):
+            pre = last[6]
+            if pre[0] is node and pre[1] == lm and pre[2] == roles_in and pre[3] is att:
+                # the same call on the same inputs as last time: only its age moved (a running rank's row
+                # is built anew for it every build; copied with the one field changed, not worked out)
+                method, role, start_s = last[8]
+                running_s = max(0.0, now - start_s)
+                args = list(_ROW_VALUES(last[4]))
+                args[_RUNNING_AT] = running_s
+                row = ActorRow(*args)
+                entry = (a, last[1], gk, (*last[3][:2], running_s, *last[3][3:]), row, last[5], pre, last[7], last[8])
+                if kept is not None:
+                    kept[a.actor_id] = entry
+                if method:
+                    running_roles.append((role, method))
+                if role not in _NO_STALL_ROLES:
+                    st = stalls_for(TaskView(actor_id=a.actor_id, group=gk, method=method, task_id=row.task_id,
+                                             running_s=running_s, start_s=start_s, has_gpu=last[7],
+                                             gpu_util_percent=row.gpu_util_percent, state=a.state,
+                                             death_cause=a.death_cause), hist, now, cfg, stall_memo)
+                    if st:
+                        row = replace(row, stalls=st)
+                rows.append((last[5], row))
+                continue
         method = R.method_of(t.func_name) if t else None
         role = R.active_role(ident.base_role, roles, method, lm)
         if not roles:
@@ -257,14 +286,14 @@ def build_snapshot(
         pre = (node, lm, roles_in, att)
         if last is not None and last[3] == key:
             # the same inputs: the same row (and, where they are the same objects too, no new objects to keep)
-            entry = last if last[6][0] is node and last[6][3] is att else (*last[:6], pre, last[7])
+            entry = last if last[6][0] is node and last[6][3] is att else (*last[:6], pre, *last[7:])
         else:
             row = _row(a, ident, node, t, method, role, roles, running_s, start_s, proc, cpu, gpu, gpu_mem, gpu_total,
                        att)
             sk = sort_key(row)
             if last is not None and last[5] == sk:
                 sk = last[5]  # the same key object: the last build's order may stand (``_sorted``)
-            entry = (a, ident, gk, key, row, sk, pre, gpu is not None)
+            entry = (a, ident, gk, key, row, sk, pre, gpu is not None, (method, role, start_s))
         if kept is not None:
             kept[a.actor_id] = entry
         row, sk = entry[4], entry[5]
