@@ -236,10 +236,8 @@ def build_snapshot(
                 if method:
                     running_roles.append((role, method))
                 if role not in _NO_STALL_ROLES:
-                    st = stalls_for(TaskView(actor_id=a.actor_id, group=gk, method=method, task_id=row.task_id,
-                                             running_s=running_s, start_s=start_s, has_gpu=last[7],
-                                             gpu_util_percent=row.gpu_util_percent, state=a.state,
-                                             death_cause=a.death_cause), hist, now, cfg, stall_memo)
+                    st = stalls_for(_view(a, gk, method, row, running_s, start_s, last[7]), hist, now, cfg,
+                                    stall_memo)
                     if st:
                         row = replace(row, stalls=st)
                 rows.append((last[5], row))
@@ -303,19 +301,8 @@ def build_snapshot(
         if startup is not None and not alive:
             row = replace(row, stalls=(startup,))
         elif role not in _NO_STALL_ROLES or not alive:
-            view = TaskView(
-                actor_id=a.actor_id,
-                group=gk,
-                method=method,
-                task_id=row.task_id,
-                running_s=running_s,
-                start_s=start_s,
-                has_gpu=gpu is not None,
-                gpu_util_percent=row.gpu_util_percent,
-                state=a.state,
-                death_cause=a.death_cause,
-            )
-            st = stalls_for(view, hist, now, cfg, stall_memo)
+            st = stalls_for(_view(a, gk, method, row, running_s, start_s, gpu is not None), hist, now, cfg,
+                            stall_memo)
             if st or startup is not None:
                 row = replace(row, stalls=(startup, *st) if startup is not None else st)
         elif startup is not None:  # a controller or helper actor in a restart loop
@@ -347,6 +334,14 @@ def build_snapshot(
         orphans=P.orphans(trees, data.actors, nodes) if trees else None,
         pending=pending,
     )
+
+
+def _view(a: RawActor, group: str, method: str | None, row: ActorRow, running_s: float | None,
+          start_s: float | None, has_gpu: bool) -> TaskView:
+    """What the stall rules need of the actor's running call."""
+    return TaskView(actor_id=a.actor_id, group=group, method=method, task_id=row.task_id, running_s=running_s,
+                    start_s=start_s, has_gpu=has_gpu, gpu_util_percent=row.gpu_util_percent, state=a.state,
+                    death_cause=a.death_cause)
 
 
 def _row(a: RawActor, ident: R.Identity, node: Node | None, t: RawTask | None, method: str | None, role: str,

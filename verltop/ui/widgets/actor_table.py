@@ -235,10 +235,6 @@ class ActorTable(ScrollView, can_focus=True):
     def get_row(self, key: str) -> list[str]:
         return list(self.cells(key).values())
 
-    def visible_actor_rows(self) -> list[str]:
-        top, bottom = self._view()
-        return [r.key for r in self._rows[top:bottom] if r.actor is not None]
-
     def visible_actor_nodes(self) -> list[str]:
         """The nodes of the actors on screen, top first (what the engine reads first)."""
         top, bottom = self._view()
