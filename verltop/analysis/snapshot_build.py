@@ -206,42 +206,40 @@ def build_snapshot(
         node = nodes.get(a.node_id or "")
         lm = hist.last_method.get(a.actor_id)
         att = attach.get(a.actor_id)
-        # an idle actor whose inputs are the same objects as last time (no task, not on this machine, no restart)
-        # keeps its row without working any of it out again: most of 10,000 actors, most of the time
-        if (last is not None and last[0] is a and alive and not a.num_restarts and a.actor_id not in tasks_by_actor
-                and a.node_id not in data.local_node_ids):
-            pre = last[6]
-            if pre[0] is node and pre[1] == lm and pre[2] == roles_in and pre[3] is att:
-                if kept is not None:
-                    kept[a.actor_id] = last
-                # alive with no call running: no stall rule applies (stalls_for answers () for it)
-                rows.append((last[5], last[4]))
-                continue
         ts = tasks_by_actor.get(a.actor_id, []) if alive else []
         t = (ts[0] if len(ts) == 1 else _pick_task(ts)) if ts else None
-        if (t is not None and last is not None and last[0] is a and last[3][1] is t and t.start_time_ms
-                and not a.num_restarts and a.node_id not in data.local_node_ids):
-            pre = last[6]
-            if pre[0] is node and pre[1] == lm and pre[2] == roles_in and pre[3] is att:
-                # the same call on the same inputs as last time: only its age moved (a running rank's row
-                # is built anew for it every build; copied with the one field changed, not worked out)
-                method, role, start_s = last[8]
-                running_s = max(0.0, now - start_s)
-                args = list(_ROW_VALUES(last[4]))
-                args[_RUNNING_AT] = running_s
-                row = ActorRow(*args)
-                entry = (a, last[1], gk, (*last[3][:2], running_s, *last[3][3:]), row, last[5], pre, last[7], last[8])
-                if kept is not None:
-                    kept[a.actor_id] = entry
-                if method:
-                    running_roles.append((role, method))
-                if role not in _NO_STALL_ROLES:
-                    st = stalls_for(_view(a, gk, method, row, running_s, start_s, last[7]), hist, now, cfg,
-                                    stall_memo)
-                    if st:
-                        row = replace(row, stalls=st)
-                rows.append((last[5], row))
-                continue
+        # the same actor object, alive, not on this machine, no restart, on the same node, history, roles and
+        # processes as at the last build: its row stands, or moves only its call's age
+        same = (last is not None and last[0] is a and alive and not a.num_restarts
+                and a.node_id not in data.local_node_ids and last[6][0] is node and last[6][1] == lm
+                and last[6][2] == roles_in and last[6][3] is att)
+        if same and t is None:
+            # idle: most of 10,000 actors, most of the time; no stall rule applies (stalls_for answers ())
+            if kept is not None:
+                kept[a.actor_id] = last
+            rows.append((last[5], last[4]))
+            continue
+        if same and last[3][1] is t and t.start_time_ms:
+            # the same call on the same inputs as last time: only its age moved (a running rank's row
+            # is built anew for it every build; copied with the one field changed, not worked out)
+            method, role, start_s = last[8]
+            running_s = max(0.0, now - start_s)
+            args = list(_ROW_VALUES(last[4]))
+            args[_RUNNING_AT] = running_s
+            row = ActorRow(*args)
+            entry = (a, last[1], gk, (*last[3][:2], running_s, *last[3][3:]), row, last[5], last[6], last[7],
+                     last[8])
+            if kept is not None:
+                kept[a.actor_id] = entry
+            if method:
+                running_roles.append((role, method))
+            if role not in _NO_STALL_ROLES:
+                st = stalls_for(_view(a, gk, method, row, running_s, start_s, last[7]), hist, now, cfg,
+                                stall_memo)
+                if st:
+                    row = replace(row, stalls=st)
+            rows.append((last[5], row))
+            continue
         method = R.method_of(t.func_name) if t else None
         role = R.active_role(ident.base_role, roles, method, lm)
         if not roles:

@@ -8,6 +8,7 @@ from typing import Any
 
 from textual.app import App
 from textual.binding import Binding
+from textual.timer import Timer
 
 from verltop.analysis.marks import SuspectMark, suspect_marks
 from verltop.engine import Engine
@@ -42,6 +43,7 @@ class VerltopApp(App):
         self._shown_at: float | None = None  # monotonic time of the last snapshot shown
         self._gaps: tuple[float, ...] = ()  # the last few gaps between snapshots shown
         self._skipped = False  # the last tick was left to a snapshot due
+        self._ticker: Timer | None = None
 
     @classmethod
     def live(cls, endpoint: Any, intervals: Any = None, stall: Any = None, use_local: bool = True, demo: Any = None,
@@ -120,9 +122,8 @@ class VerltopApp(App):
         if self._shown_at is not None:
             self._gaps = (*self._gaps[-4:], now - self._shown_at)
         self._shown_at = now
-        ticker = getattr(self, "_ticker", None)
-        if ticker is not None and self.engine.live:
-            ticker.stop()
+        if self._ticker is not None and self.engine.live:
+            self._ticker.stop()
             self._ticker = self.set_interval(TICK_S, self._tick)
 
     def _snapshot_due(self) -> bool:
