@@ -9,6 +9,7 @@ with no worker actor created yet. Nothing else on screen says why; this module d
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +27,8 @@ from verltop.model import (
     Stall,
 )
 
-PENDING_ACTOR_STATES = ("PENDING_CREATION", "DEPENDENCIES_UNREADY")
+PENDING_ACTOR_STATES = frozenset(("PENDING_CREATION", "DEPENDENCIES_UNREADY"))
+_STATE = operator.attrgetter("state")
 UNPLACED_PG_STATES = ("PENDING", "RESCHEDULING")
 # death contexts that mean the actor never ran its user code (see sources/causes.py)
 CANNOT_START_KINDS = ("runtime_env_failed", "creation_task_failure", "actor_unschedulable")
@@ -231,10 +233,10 @@ def _waited(since: float | None, now: float) -> float | None:
 def build_pending(pd: PendingData, actors: Sequence[RawActor], nodes: Sequence[Node], now: float
                   ) -> tuple[PendingItem, ...]:
     """Every unplaced placement group, pending actor and task waiting for a node, with why."""
-    caps = node_caps(nodes, pd.load)
     unplaced = {p.pg_id: p for p in pd.pgs if p.state in UNPLACED_PG_STATES}
-    if not unplaced and not pd.tasks and not any(a.state in PENDING_ACTOR_STATES for a in actors):
-        return ()
+    if not unplaced and not pd.tasks and PENDING_ACTOR_STATES.isdisjoint(map(_STATE, actors)):
+        return ()  # the usual answer, checked in C: 10,000 actors every build
+    caps = node_caps(nodes, pd.load)
     wg_of_pg: dict[str, str] = {}
     for a in actors:
         if a.placement_group_id in unplaced and a.placement_group_id not in wg_of_pg:
