@@ -88,3 +88,86 @@ def test_a_running_call_on_the_same_inputs_is_copied_with_its_new_age_and_judged
     ended = build_snapshot(data(acts, (), ()), hist, NOW + 4002, memo=memo)  # the call ended: a new row
     assert ended == build_snapshot(data(acts, (), ()), hist, NOW + 4002)
     assert next(r for r in ended.actors if r.actor_id == "w0").task is None
+
+
+def test_a_call_that_ended_leaves_the_row_though_nothing_else_about_the_rank_changed():
+    """The call ends between two builds and its rank's node, processes and last method are the very objects
+    of the last build (the same method runs every step): the row says idle, not the call that ended."""
+    hist, memo = TaskHistory(), BuildMemo()
+    task = RawTask("t1", "actor_rollout_generate_sequences", "WorkerDict.actor_rollout_generate_sequences",
+                   "RUNNING", "w0", "n1", 100, (NOW - 30) * 1000)
+    running = data(actors(), [ProcStat(pid=100, cpu_percent=5.0, rss_bytes=1 << 30, title="x")], [task])
+    for dt in (0.0, 2.0):  # the first build, then the copied row of a call on the same inputs
+        assert next(r for r in build_snapshot(running, hist, NOW + dt, memo=memo).actors if r.actor_id == "w0").task
+    idle = replace(running, tasks=())  # the same node object, the same actors
+    for dt in (4.0, 6.0):
+        after = build_snapshot(idle, hist, NOW + dt, memo=memo)
+        assert after == build_snapshot(idle, hist, NOW + dt)
+        w0 = next(r for r in after.actors if r.actor_id == "w0")
+        assert w0.task is None and w0.task_running_s is None
+
+
+def test_builds_on_the_same_actor_objects_match_builds_without_the_memo_whatever_changes_between_them():
+    """The same actor objects build after build (the usual case: only the rows whose inputs changed are
+    looked at), while calls start and end, a node's figures change, a group learns a new role, an actor dies,
+    a probe comes and goes and this machine's nodes change: every build equals one without the memo."""
+    import random
+
+    rng = random.Random(7)
+    hist, memo = TaskHistory(), BuildMemo()
+
+    def worker(g: str, i: int, node: str) -> RawActor:
+        return RawActor(actor_id=f"{g}{i}", class_name=f"{g}WorkerDict", state="ALIVE", name=f"{g}WorkerDict_0:{i}",
+                        node_id=node, pid=1000 + 10 * len(g) + i,
+                        env=(("RANK", str(i)), ("WORLD_SIZE", "4"), ("WG_PREFIX", g)))
+
+    acts = [worker(g, i, f"n{i % 2}") for g in ("aa", "bbb") for i in range(4)]
+    acts += [RawActor(actor_id=f"f{i}", class_name="Filler", state="ALIVE", name=None, node_id="n1", pid=300 + i)
+             for i in range(3)]
+    probe = RawActor(actor_id="p", class_name="verltop.probe.VerltopProbe", state="ALIVE", name=None, node_id="n0",
+                     pid=400)
+
+    def node(nid: str, cpu: float) -> Node:
+        procs = tuple(ProcStat(pid=a.pid, cpu_percent=cpu, rss_bytes=1 << 30, title="x") for a in acts if a.pid)
+        return Node(nid, f"10.0.0.{nid[1]}", nid, is_head=nid == "n0", mem_total_bytes=1 << 36, procs=procs)
+
+    nodes = {"n0": node("n0", 1.0), "n1": node("n1", 1.0)}
+    running: dict[str, RawTask] = {}
+    local: frozenset[str] = frozenset()
+    now = NOW
+    reused = 0
+    for step in range(60):
+        move = rng.choice(("none", "none", "node", "start", "end", "role", "die", "probe", "local"))
+        if move == "node":
+            nid = rng.choice(("n0", "n1"))
+            nodes[nid] = node(nid, rng.choice((1.0, 5.0, 50.0)))
+        elif move == "start":
+            a = rng.choice(acts)
+            method = rng.choice(("actor_rollout_generate_sequences", "actor_rollout_update_actor"))
+            running[a.actor_id] = RawTask(f"t{step}", method, f"WorkerDict.{method}", "RUNNING", a.actor_id, a.node_id,
+                                          a.pid, (now - 5) * 1000)
+        elif move == "end" and running:
+            running.pop(rng.choice(sorted(running)))
+        elif move == "role":
+            hist.remember_method(rng.choice(acts).actor_id,
+                                 rng.choice(("critic_update_critic", "ref_compute_ref_log_prob")))
+        elif move == "die":
+            i = rng.randrange(len(acts))
+            acts[i] = replace(acts[i], state="DEAD", pid=None)
+            running.pop(acts[i].actor_id, None)
+        elif move == "local":
+            local = frozenset() if local else frozenset({"n1"})
+        hist.observe([(t.task_id, t.actor_id, t.actor_id.rstrip("0123456789"), t.name, t.start_time_ms / 1000)
+                      for t in running.values()], now)
+        shown = [*acts, probe] if move == "probe" else acts
+        d = ClusterData(address="x", actors=tuple(shown), tasks=tuple(running.values()),
+                        nodes=(nodes["n0"], nodes["n1"]), local_node_ids=local,
+                        local_procs={a.pid: ProcStat(pid=a.pid, cpu_percent=77.0, rss_bytes=1 << 31, title="x")
+                                     for a in acts if a.pid and local})  # this machine's own samples
+        before = {q[1].actor_id: q[1] for q in memo.quiet if q is not None}
+        snap = build_snapshot(d, hist, now, memo=memo)
+        assert snap == build_snapshot(d, hist, now), f"step {step}: {move}"
+        if move == "none":
+            reused += sum(1 for r in snap.actors if before.get(r.actor_id) is r)
+        now += 2.0
+    assert reused  # idle rows were taken as they were

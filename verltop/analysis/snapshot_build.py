@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import operator
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
+from itertools import compress, repeat
 from typing import TYPE_CHECKING, Any
 
 from verltop.analysis import processes as P
@@ -94,6 +96,10 @@ def _gpu_map(gpus: tuple[Gpu, ...]) -> dict[int, tuple[Gpu, int | None]]:
     return best
 
 
+_ID = operator.attrgetter("actor_id")
+_NODE_OF = operator.attrgetter("node_id")
+_KEY = operator.itemgetter(0)
+_ROW = operator.itemgetter(1)
 _ROW_FIELDS = tuple(f.name for f in fields(ActorRow))
 _ROW_VALUES = operator.attrgetter(*_ROW_FIELDS)  # a row's values in its fields' order, in C
 _RUNNING_AT = _ROW_FIELDS.index("task_running_s")
@@ -109,6 +115,15 @@ class BuildMemo:
     rows: dict[str, tuple] = field(default_factory=dict)  # actor id → its inputs and its row (before stalls)
     nodes: dict[str, tuple] = field(default_factory=dict)  # node id → (node, its pid → GPU map, pid → process)
     order: tuple[list, list[int]] | None = None  # the last build's sort keys in actor order, and their sorted order
+    # the last build's actors in their order, and per actor in that order: its node object, last method and
+    # processes, and its (sort key, row) where it was idle and unjudged (None otherwise, or a probe)
+    actors: tuple[RawActor, ...] = ()
+    local: frozenset[str] = frozenset()
+    pos: dict[str, int] = field(default_factory=dict)  # actor id → its index in ``actors``
+    idents: dict[str, tuple[R.Identity, str]] = field(default_factory=dict)
+    group_roles: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    inputs: tuple[list, list, list] = ([], [], [])
+    quiet: list = field(default_factory=list)
 
 
 def _node_maps(data: ClusterData, memo: BuildMemo | None) -> tuple[dict, dict]:
@@ -135,7 +150,7 @@ def _node_maps(data: ClusterData, memo: BuildMemo | None) -> tuple[dict, dict]:
 def _sorted(rows: list[tuple[tuple, ActorRow]], memo: BuildMemo | None) -> list[ActorRow]:
     """The rows in table order. Where every sort key is the very object of the last build's, in the same
     actor order, the last order stands without comparing 10,000 keys again."""
-    keys = [k for k, _ in rows]
+    keys = list(map(_KEY, rows))
     last = memo.order if memo is not None else None
     if last is not None and len(last[0]) == len(keys) and all(map(operator.is_, keys, last[0])):
         order = last[1]
@@ -143,7 +158,7 @@ def _sorted(rows: list[tuple[tuple, ActorRow]], memo: BuildMemo | None) -> list[
         order = sorted(range(len(keys)), key=keys.__getitem__)
     if memo is not None:
         memo.order = (keys, order)
-    return [rows[i][1] for i in order]
+    return list(map(_ROW, map(rows.__getitem__, order)))
 
 
 def build_snapshot(
@@ -156,8 +171,8 @@ def build_snapshot(
     the last build keeps its row (before stalls), not built again: at 10,000 actors most of them are idle
     and unchanged, and a row of 40 fields is most of a build's cost."""
     cfg = cfg or StallSettings()
+    actors = data.actors
     rmemo = memo.rows if memo is not None else None
-    kept: dict[str, tuple] | None = {} if memo is not None else None
     nodes = {n.node_id: n for n in data.nodes}
     tasks_by_actor: dict[str, list[RawTask]] = {}
     for t in data.tasks:
@@ -166,32 +181,69 @@ def build_snapshot(
     gpus_by_node, procs_by_node = _node_maps(data, memo)
     local_gpu_map = _gpu_map(data.local_gpus) if data.local_gpus else {}
     trees = P.tree_views(data.local_tree, data.local_node_ids, data.local_gpus, data.remote_trees, nodes)
-    attach = P.by_actor(data.actors, trees, nodes)
+    attach = P.by_actor(actors, trees, nodes)
+
+    ids = list(map(_ID, actors))
+    # each actor's inputs that may change while the actor object does not, in actor order, looked up in C
+    node_objs = list(map(nodes.get, map(_NODE_OF, actors)))
+    lms = list(map(hist.last_method.get, ids))
+    atts = list(map(attach.get, ids))
+    # the very actor objects of the last build, in its order: only the actors whose inputs changed are looked
+    # at (at 10,000 actors, an idle cluster changes a few hundred of them between two builds)
+    same_local = memo is not None and memo.local == data.local_node_ids  # else a row may have this machine's
+    same_actors = same_local and len(memo.actors) == len(actors) and all(map(operator.is_, actors, memo.actors))
 
     # Roles of colocated workers are shared by their worker group: ranks run the same methods.
     # (identity, group) of each actor; the memo's when it is the same actor object as last time
-    idents: dict[str, tuple[R.Identity, str]] = {}
-    for a in data.actors:
-        last = rmemo.get(a.actor_id) if rmemo is not None else None
-        if last is not None and last[0] is a:
-            idents[a.actor_id] = (last[1], last[2])
-        else:
-            ident = R.identity(a)
-            idents[a.actor_id] = (ident, group_key(ident, a.class_name))
+    if same_actors:
+        idents = memo.idents
+    else:
+        idents = {}
+        for a in actors:
+            last = rmemo.get(a.actor_id) if rmemo is not None else None
+            if last is not None and last[0] is a:
+                idents[a.actor_id] = (last[1], last[2])
+            else:
+                ident = R.identity(a)
+                idents[a.actor_id] = (ident, group_key(ident, a.class_name))
     group_methods: dict[str, list] = {}
-    for a in data.actors:
-        ms = hist.methods_by_actor.get(a.actor_id)
-        if ms:
-            group_methods.setdefault(idents[a.actor_id][1], []).append(ms)
+    for aid, ms in hist.methods_by_actor.items():
+        ig = idents.get(aid)
+        if ms and ig is not None:
+            group_methods.setdefault(ig[1], []).append(ms)
 
     # one union per group, in C (a thousand ranks' method lists are mostly the same few names)
     group_roles = {g: R.roles_from_methods(set().union(*mss)) for g, mss in group_methods.items()}
-    pending = build_pending(data.pending, data.actors, data.nodes, now)
+    if same_actors and group_roles != memo.group_roles:
+        same_actors = False  # a group's roles changed: every rank of it shows them
+    pending = build_pending(data.pending, actors, data.nodes, now)
     pending_actor = {p.id: p for p in pending if p.kind == "actor"}
     stall_memo: dict = {}
-    rows: list[tuple[tuple, ActorRow]] = []  # (sort key, row)
     running_roles: list[tuple[str, str | None]] = []
-    for a in data.actors:
+    n = len(actors)
+    if same_actors:
+        # an idle row stands where its node, processes and last method are the objects of the last build;
+        # the rest (and every rank with a call) is looked at below
+        old_nodes, old_lms, old_atts = memo.inputs
+        todo = set(compress(range(n), map(operator.is_not, node_objs, old_nodes)))
+        todo.update(compress(range(n), map(operator.ne, lms, old_lms)))
+        todo.update(compress(range(n), map(operator.is_not, atts, old_atts)))
+        todo.update(compress(range(n), map(operator.is_, memo.quiet, repeat(None))))
+        pos = memo.pos
+        todo.update(pos[aid] for aid in tasks_by_actor if aid in pos)
+        idx: Iterable[int] = sorted(todo)
+        emitted = list(memo.quiet)  # (sort key, row) in actor order; None: a probe
+        quiet = list(memo.quiet)
+        kept: dict[str, tuple] | None = dict(rmemo)
+    else:
+        pos = dict(zip(ids, range(n), strict=True))
+        idx = range(n)
+        emitted = [None] * n
+        quiet = [None] * n
+        kept = {} if memo is not None else None
+    for i in idx:
+        a = actors[i]
+        quiet[i] = None
         if a.class_name.endswith(PROBE_CLASS):
             continue  # verltop's own dump probes (sources/probe.py) are not the job's actors
         ident, gk = idents[a.actor_id]
@@ -203,23 +255,22 @@ def build_snapshot(
         roles_in = roles
         alive = a.state == "ALIVE"
         last = rmemo.get(a.actor_id) if rmemo is not None else None
-        node = nodes.get(a.node_id or "")
-        lm = hist.last_method.get(a.actor_id)
-        att = attach.get(a.actor_id)
+        node, lm, att = node_objs[i], lms[i], atts[i]
         ts = tasks_by_actor.get(a.actor_id, []) if alive else []
         t = (ts[0] if len(ts) == 1 else _pick_task(ts)) if ts else None
+        local = a.node_id in data.local_node_ids
         # the same actor object, alive, not on this machine, no restart, on the same node, history, roles and
         # processes as at the last build: its row stands, or moves only its call's age
-        same = (last is not None and last[0] is a and alive and not a.num_restarts
-                and a.node_id not in data.local_node_ids and last[6][0] is node and last[6][1] == lm
-                and last[6][2] == roles_in and last[6][3] is att)
-        if same and t is None:
-            # idle: most of 10,000 actors, most of the time; no stall rule applies (stalls_for answers ())
+        same = (last is not None and same_local and last[0] is a and alive and not a.num_restarts and not local
+                and last[6][0] is node and last[6][1] == lm and last[6][2] == roles_in and last[6][3] is att)
+        if same and t is None and last[3][1] is None:
+            # idle then and now: most of 10,000 actors, most of the time; no stall rule applies (stalls_for
+            # answers ())
             if kept is not None:
                 kept[a.actor_id] = last
-            rows.append((last[5], last[4]))
+            emitted[i] = quiet[i] = (last[5], last[4])
             continue
-        if same and last[3][1] is t and t.start_time_ms:
+        if same and t is not None and last[3][1] is t and t.start_time_ms:
             # the same call on the same inputs as last time: only its age moved (a running rank's row
             # is built anew for it every build; copied with the one field changed, not worked out)
             method, role, start_s = last[8]
@@ -238,7 +289,7 @@ def build_snapshot(
                                 stall_memo)
                 if st:
                     row = replace(row, stalls=st)
-            rows.append((last[5], row))
+            emitted[i] = (last[5], row)
             continue
         method = R.method_of(t.func_name) if t else None
         role = R.active_role(ident.base_role, roles, method, lm)
@@ -252,7 +303,6 @@ def build_snapshot(
             start_s = t.start_time_ms / 1000.0
             running_s = max(0.0, now - start_s)
 
-        local = a.node_id in data.local_node_ids
         proc = dash_proc = None
         if alive and a.pid is not None:
             dash_proc = procs_by_node.get(a.node_id or "", {}).get(a.pid)
@@ -305,10 +355,14 @@ def build_snapshot(
                 row = replace(row, stalls=(startup, *st) if startup is not None else st)
         elif startup is not None:  # a controller or helper actor in a restart loop
             row = replace(row, stalls=(startup,))
-        rows.append((sk, row))
+        emitted[i] = (sk, row)
+        if t is None and alive and not a.num_restarts and not local and row is entry[4]:
+            quiet[i] = emitted[i]  # idle, unjudged: the next build may take it as it is
 
+    rows: list[tuple[tuple, ActorRow]] = list(filter(None, emitted))  # (sort key, row); probes left out
     if memo is not None and kept is not None:
-        memo.rows = kept
+        memo.rows, memo.actors, memo.local, memo.pos = kept, actors, data.local_node_ids, pos
+        memo.idents, memo.group_roles, memo.inputs, memo.quiet = idents, group_roles, (node_objs, lms, atts), quiet
     if data.ras is not None:
         from verltop.analysis import ras as RAS  # its model loads with RAS's first answer
 
