@@ -85,3 +85,25 @@ def test_no_ring_until_something_is_known_and_gone_ones_are_forgotten():
     assert set(tr.actors) == {"a1", "a2"} and known.rss_peak_bytes == 200 * MIB
     tr.record([sample("a1"), sample("a3")], T0 + 2 * BUCKET_S)  # a2 left; a3 has nothing known
     assert set(tr.actors) == {"a1"}
+
+
+def test_rows_recorded_again_in_a_bucket_keep_their_marks_and_new_rows_move_them():
+    """A build reuses most row objects of the last one: the same object again in the same bucket is taken as
+    recorded; a new row of the actor in that bucket still raises its high-water mark, and an actor that left
+    is forgotten though it was recorded in this bucket."""
+    tr = Trends()
+    a, b = sample("a1", rss=100 * MIB), sample("b1", rss=50 * MIB)
+    tr.record([a, b], T0)
+    assert a.rss_peak_bytes == 100 * MIB
+    tr.record([a, b], T0 + 1.0)  # the same objects, the same bucket
+    assert a.rss_peak_bytes == 100 * MIB and b.rss_peak_bytes == 50 * MIB
+    a2 = sample("a1", rss=300 * MIB)
+    tr.record([a2, b], T0 + 2.0)  # a new row of a1 in the same bucket: a new high-water mark
+    assert a2.rss_peak_bytes == 300 * MIB
+    tr.record([a2], T0 + 3.0)  # b1 left
+    assert set(tr.actors) == {"a1"}
+    tr.record([a2, b], T0 + 4.0)  # b1 is back, the same row object: a new ring, its mark written again
+    assert set(tr.actors) == {"a1", "b1"} and b.rss_peak_bytes == 50 * MIB
+    a3 = sample("a1", rss=200 * MIB)
+    tr.record([a3, b], T0 + BUCKET_S * 2)  # the next bucket: every row is sampled, the mark stays the highest
+    assert a3.rss_peak_bytes == 300 * MIB and tr.trend("a1", T0 + BUCKET_S * 2) is not None

@@ -40,6 +40,8 @@ def live_marks(marks: tuple[SuspectMark, ...], actors: tuple[ActorRow, ...],
     """The marks that still hold on ``actors`` (as seen at ``at``), by actor id: the dump was taken by then,
     the actor is there and runs the task it ran at the dump (a dead one: still no task). The first (most
     likely) suspect of an actor wins."""
+    if not marks:
+        return {}
     rows = {a.actor_id: a for a in actors}
     out: dict[str, SuspectMark] = {}
     for m in marks:

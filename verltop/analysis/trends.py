@@ -12,9 +12,11 @@ ring until something is.
 from __future__ import annotations
 
 import math
+import operator
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import compress
 
 from verltop.model import ActorRow
 
@@ -27,6 +29,7 @@ MIB = 1024 * 1024
 NAN = float("nan")
 MIN_GROWTH_SAMPLES = 6  # and a minute apart, before a growth rate means anything
 BARS = "▁▂▃▄▅▆▇█"
+_ID = operator.attrgetter("actor_id")
 
 
 class _Fit:
@@ -103,14 +106,23 @@ class Trends:
 
     def __init__(self) -> None:
         self.actors: dict[str, ActorTrend] = {}
+        # the row objects recorded in bucket ``_bucket``: the same row again in the same bucket changes nothing
+        # (most rows of a build are the last build's objects; builds come every 2 s, buckets every 5 s)
+        self._bucket = -1
+        self._done: dict[str, ActorRow] = {}
 
     def record(self, rows: Iterable[ActorRow], now: float) -> None:
         """Sample the rows at ``now`` (once per bucket per actor) and write each actor's marks back onto its
         row (the rows are not published yet)."""
         b = int(now // BUCKET_S)
-        seen = set()
-        for a in rows:
-            seen.add(a.actor_id)
+        rows = rows if isinstance(rows, (list, tuple)) else list(rows)
+        ids = list(map(_ID, rows))
+        if b != self._bucket:
+            self._bucket, self._done = b, {}
+        done = self._done
+        # in C: only the rows that are not the very objects recorded in this bucket
+        for a in compress(rows, map(operator.is_not, map(done.get, ids), rows)):
+            done[a.actor_id] = a
             t = self.actors.get(a.actor_id)
             if a.state == "ALIVE":
                 if t is None:
@@ -127,9 +139,11 @@ class Trends:
             if t is not None:  # a dead actor keeps its marks: they say what it reached
                 a.gpu_mem_peak_bytes, a.rss_peak_bytes, a.trend = t.peak_gpu, t.peak_rss, t.spark
                 a.gpu_mem_growth_bytes_per_min, a.rss_growth_bytes_per_min = t.growth["gpu_mem"], t.growth["rss"]
-        if len(self.actors) > len(seen) or any(k not in seen for k in self.actors):
+        if len(self.actors) > len(ids) or not self.actors.keys() <= set(ids):
+            seen = set(ids)
             for aid in [k for k in self.actors if k not in seen]:
                 del self.actors[aid]
+                done.pop(aid, None)
 
     def trend(self, actor_id: str, now: float) -> Trend | None:
         t = self.actors.get(actor_id)
@@ -187,7 +201,7 @@ def _growth(fit: _Fit) -> float | None:
 def _spark_of(t: ActorTrend, b: int) -> str | None:
     """The memory sparkline of the table: GPU memory when the actor has some, else RSS; one cell per
     minute (its highest value), scaled to the window's own range."""
-    metric = "gpu_mem" if any(not math.isnan(v) for v in t.rings["gpu_mem"]) else "rss"
+    metric = "gpu_mem" if t.fits["gpu_mem"].n else "rss"  # a GPU memory sample in the window
     s = t.series(metric, b)
     per = BUCKETS // SPARK_CELLS
     cells = []

@@ -4,6 +4,7 @@ event loop and the view in the snapshot thread: a lock keeps them apart (both ar
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections.abc import Iterable, Mapping
 
@@ -34,6 +35,8 @@ from verltop.model import (
 )
 from verltop.sources.hostmem import memory_threshold
 from verltop.sources.local import LocalSample
+
+_ID = operator.attrgetter("actor_id")
 
 VERL_PEAK_KEYS = ("perf/max_memory_allocated_gb", "perf/max_memory_reserved_gb", "perf/cpu_memory_used_gb")
 
@@ -181,7 +184,7 @@ class MemoryWatch:
             kept = steps[-self.settings.keep_steps:]
             if kept:
                 self.book.drop_before(kept[0].started_at - 60.0)
-            self.book.retain(r.actor_id for r in rows)
+            self.book.retain(map(_ID, rows))
             return memory_view(self.book, steps, rows, {x.actor_id: x for x in rollout}, self.settings, verl_peaks)
 
 

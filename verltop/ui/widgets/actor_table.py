@@ -6,6 +6,8 @@ The columns are fitted in ``table_columns``, the rows laid out in ``table_rows``
 
 from __future__ import annotations
 
+import operator
+
 from rich.cells import cell_len, set_cell_size
 from rich.console import Console
 from rich.style import Style
@@ -28,6 +30,7 @@ from verltop.ui.widgets.table_types import Row, Shown
 
 # the names callers knew this module by
 __all__ = ["ActorTable", "Row", "Shown", "actor_cell", "layout_rows"]
+_NODE_ID, _KEY = operator.attrgetter("node_id"), operator.attrgetter("key")
 
 
 def _middle(t: Text, keep: int, width: int) -> Text:
@@ -111,7 +114,7 @@ class ActorTable(ScrollView, can_focus=True):
         """What the cluster has decides which columns exist: GPUs on any node, more than one node, and how
         wide its role, node and task names are; ``why``: what STALLED must hold whole (a suspect's mark)."""
         has_gpu = any(n.gpus for n in snap.nodes) or any(a.gpu_index is not None for a in snap.actors)
-        multi = len({a.node_id for a in snap.actors if a.node_id}) > 1 or len(snap.nodes) > 1
+        multi = len(snap.nodes) > 1 or len(set(map(_NODE_ID, snap.actors)) - {None, ""}) > 1
         shape = (has_gpu, multi, tuple(sorted({**content_widths(snap), "why": why}.items())))
         if shape != self._shape:
             self._shape = shape
@@ -150,7 +153,7 @@ class ActorTable(ScrollView, can_focus=True):
         if now is not None:
             self.now = now
         cur = self.selected_key()
-        reordered = [r.key for r in rows] != [r.key for r in self._rows]
+        reordered = list(map(_KEY, rows)) != list(map(_KEY, self._rows))
         if reordered:
             self.rebuilds += 1
             self._index = {r.key: i for i, r in enumerate(rows)}

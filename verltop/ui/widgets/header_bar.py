@@ -7,6 +7,7 @@ runs into its neighbour.
 from __future__ import annotations
 
 import io
+import operator
 import time
 
 from rich.console import Console
@@ -40,12 +41,13 @@ def playback_item(p: Playback) -> Text:
     return t
 
 
+_STALLS = operator.attrgetter("stalls")
 _STALLED: list = [None, 0]  # the last snapshot's rows and how many are stalled: the header redraws every second
 
 
 def _stalled(actors: tuple) -> int:
     if _STALLED[0] is not actors:
-        _STALLED[:] = [actors, sum(1 for a in actors if a.stalls)]
+        _STALLED[:] = [actors, sum(map(bool, map(_STALLS, actors)))]
     return _STALLED[1]
 
 

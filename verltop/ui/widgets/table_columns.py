@@ -3,7 +3,9 @@ columns take the width their content needs, and the rest gives way step by step 
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
+from itertools import compress
 
 from verltop.model import Snapshot
 from verltop.text.processes import narrow_title
@@ -37,6 +39,8 @@ ALL_COLUMNS = (
     Column("why", "STALLED", 14),  # takes what is left
 )
 _BY_KEY = {c.key: c for c in ALL_COLUMNS}
+_ROLE, _IP, _PROCS = operator.attrgetter("role"), operator.attrgetter("node_ip"), operator.attrgetter("processes")
+_TASK_ROLE = operator.attrgetter("task", "role")
 GPU_COLUMNS = ("gpu", "gpu_util", "gpu_mem")
 PAD = 2  # one space each side of every cell: neighbours never touch
 WHY_AT_MOST = 24  # the most STALLED asks for, to hold a suspect's mark whole
@@ -106,14 +110,14 @@ def content_widths(snap: Snapshot) -> dict[str, int]:
     titles of child processes)."""
     acts = snap.actors
     # over the distinct values only: 10,000 actors have a few dozen roles, IPs and task names
-    out = {"role": max((4, *map(len, {a.role for a in acts}))),
-           "node": max((4, *map(len, {a.node_ip or "-" for a in acts}))),
-           "task": max((4, *(len(bare_task(t, r) or "-") for t, r in {(a.task, a.role) for a in acts})))}
-    for a in acts:
-        if a.processes:
-            out["role"] = max(out["role"], len(a.role) + 2)
-            for p in a.processes:
-                out["role"] = max(out["role"], 2 * p.depth + len(narrow_title(p.title)))
+    # (sets built in C: this runs on every snapshot)
+    out = {"role": max((4, *map(len, set(map(_ROLE, acts))))),
+           "node": max((4, *(len(ip or "-") for ip in set(map(_IP, acts))))),
+           "task": max((4, *(len(bare_task(t, r) or "-") for t, r in set(map(_TASK_ROLE, acts)))))}
+    for a in compress(acts, map(_PROCS, acts)):
+        out["role"] = max(out["role"], len(a.role) + 2)
+        for p in a.processes:
+            out["role"] = max(out["role"], 2 * p.depth + len(narrow_title(p.title)))
     for o in snap.orphans or ():
         out["role"] = max(out["role"], len(narrow_title(o.title)))
         out["node"] = max(out["node"], len(o.node_ip or "-"))

@@ -3,6 +3,7 @@ work first, each actor's open process tree under it, and the orphans last."""
 
 from __future__ import annotations
 
+import operator
 import re
 
 from rich.text import Text
@@ -21,6 +22,7 @@ from verltop.ui.widgets import process_rows as PR
 from verltop.ui.widgets.table_cells import growth_bytes_per_min
 from verltop.ui.widgets.table_types import Row
 
+_ID, _PROCS = operator.attrgetter("actor_id"), operator.attrgetter("processes")
 GROUPINGS = ("group", "role", "node")
 SORTS = ("rank", "gpu", "cpu", "mem", "age", "growth")
 
@@ -104,6 +106,9 @@ class RowMemo:
 
     def __init__(self) -> None:
         self.rows: dict[str, Row] = {}
+        # a group of plain rows (no mark, note or processes): its members, its work, and its rows (header
+        # first), kept while the members are the same objects (thousands of idle helper actors, one group)
+        self.groups: dict[str, tuple[list[ActorRow], GroupWork | None, list[Row]]] = {}
 
 
 def layout_rows(snap: Snapshot, grouping: str, sort: str, rx: re.Pattern[str] | None = None,
@@ -122,7 +127,9 @@ def layout_rows(snap: Snapshot, grouping: str, sort: str, rx: re.Pattern[str] | 
             if matches(a, rx, invert):
                 groups.setdefault(group_of(a, grouping), []).append(a)
     last = memo.rows if memo is not None else {}
+    last_groups = memo.groups if memo is not None else {}
     kept: dict[str, Row] = {}
+    kept_groups: dict[str, tuple[list[ActorRow], GroupWork | None, list[Row]]] = {}
     toggled = toggled or {}
     defaults = PR.default_open(snap.actors)
     rows: list[Row] = []
@@ -136,12 +143,24 @@ def layout_rows(snap: Snapshot, grouping: str, sort: str, rx: re.Pattern[str] | 
     ooms = marked(snap.memory.oom, snap.actors) if snap.memory is not None else {}  # ran out, not moved on
     for aid, m in memory_marks(snap.memory).items():  # short of memory ("GPU full in 6 steps") or growing
         slow[aid] = f"{slow[aid]} · {m}" if aid in slow else m
+    flagged = {*marks, *ooms, *slow}
     for name, members in groups.items():  # snapshot order: controller, groups, others
         if sort != "rank":
             members = sorted(members, key=lambda a: _sort_value(a, sort))
+        gkey = f"grp:{grouping}:{name}"
+        ids = list(map(_ID, members))
+        plain = flagged.isdisjoint(ids) and not any(map(_PROCS, members))
+        w = work.get(name)
+        hit = last_groups.get(gkey) if plain else None
+        if (hit is not None and hit[1] == w and len(hit[0]) == len(members)
+                and all(map(operator.is_, members, hit[0]))):
+            rows.extend(hit[2])  # the same members as last time, nothing on them: the same rows
+            kept.update(zip(ids, hit[2][1:], strict=True))
+            kept_groups[gkey] = hit
+            continue
+        start = len(rows)
         held = [marks[a.actor_id] for a in members if a.actor_id in marks]
-        rows.append(Row(f"grp:{grouping}:{name}", header=header_text(name, members, grouping, work.get(name),
-                                                                     held)))
+        rows.append(Row(gkey, header=header_text(name, members, grouping, w, held)))
         for a in members:
             aid = a.actor_id
             if not a.processes and aid not in marks and aid not in ooms and aid not in slow:
@@ -165,8 +184,10 @@ def layout_rows(snap: Snapshot, grouping: str, sort: str, rx: re.Pattern[str] | 
                 rows.extend(Row(f"proc:{a.actor_id}:{p.pid}", proc=p, parent=a, branch=b,
                                 mark=tag if p.pid == child else "")
                             for p, b in zip(a.processes, PR.branches(a.processes), strict=True))
+        if plain:
+            kept_groups[gkey] = (members, w, rows[start:])
     if memo is not None:
-        memo.rows = kept
+        memo.rows, memo.groups = kept, kept_groups
     if snap.orphans and not invert and (rx is None or any(o.title and rx.search(o.title) for o in snap.orphans)):
         rows.append(Row("grp:orphans", header=PR.orphans_header(snap.orphans)))
         names = {a.actor_id: a.actor_name or a.class_name for a in snap.actors}
