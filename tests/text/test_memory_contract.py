@@ -8,7 +8,8 @@ from dataclasses import replace
 
 from tests.analysis.test_memory import job
 from tests.engine.helpers import synthetic_snapshots
-from verltop.analysis.memory_view import low_headroom, memory_view
+from verltop.analysis.memory_reads import low_headroom
+from verltop.analysis.memory_view import memory_view
 from verltop.codec import from_data, to_data
 from verltop.model import EngineHold, MemoryView, OomVerdict, Snapshot
 from verltop.text.contract import snapshot_json

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from verltop.analysis.memory_view import growth_order, headroom_order, phase_order
+from verltop.analysis.memory_reads import growth_order, headroom_order, phase_order
 from verltop.codec import to_data
 from verltop.model import MemoryView
 

@@ -5,7 +5,7 @@
   for, a failed call is news. The rank, its phase and step, GPU or host, the error's line and the lead-up;
   its peers still in a call are named as waiting for it, not as suspects;
 - kind ``memory``, when a rank's forecast says it has ``memory_steps`` steps or fewer before its limit, or less
-  than ``MEMORY_FREE`` of it left (``analysis.memory_view.low_headroom``, as the main screen marks it); one per
+  than ``MEMORY_FREE`` of it left (``analysis.memory_reads.low_headroom``, as the main screen marks it); one per
   rank until it has been clear for ``clear_after_s``.
 
 Each is a directory beside the others: ``summary.txt``, ``incident.json`` and ``recording.vtr``; the telling is a
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from verltop.analysis.memory_view import low_headroom
+from verltop.analysis.memory_reads import low_headroom
 from verltop.engine import recording_format as rf
 from verltop.engine.incident import incident_dir, make_dir, write_atomic, write_with_recording
 from verltop.model import ActorRow, Snapshot

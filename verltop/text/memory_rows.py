@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from verltop.analysis.memory_view import low_headroom
+from verltop.analysis.memory_reads import low_headroom
 from verltop.model import (
     EngineHold,
     Headroom,
