@@ -16,9 +16,11 @@ names rank, call and message, with no lead-up.
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from itertools import compress
 from typing import TYPE_CHECKING
 
 from verltop.analysis.roles import phase_of_method
@@ -170,6 +172,7 @@ def from_call(call: FailedCall, row: ActorRow | None, now: float) -> OomVerdict 
 
 
 _GONE = ("DEAD", "RESTARTING")
+_STATE = operator.attrgetter("state")
 
 
 def from_death(row: ActorRow, death: Death | None = None, headroom_free: dict[str, float] | None = None,
@@ -294,8 +297,10 @@ def verdicts(calls: Iterable[FailedCall], rows: Iterable[ActorRow], steps: tuple
         if v is not None:
             out.append((v, c.start_s))
     seen = {v.actor_id for v, _ in out}
-    for a in by_id.values():
-        if a.actor_id in seen or a.state not in _GONE:  # only a dead or restarting rank has a death to judge
+    rows_now = list(by_id.values())
+    # only a dead or restarting rank has a death to judge (picked in C: 10,000 rows, a few dead)
+    for a in compress(rows_now, map(_GONE.__contains__, map(_STATE, rows_now))):
+        if a.actor_id in seen:
             continue
         v = from_death(a, (deaths or {}).get(a.actor_id), free, hkind, (last_method or {}).get(a.actor_id),
                        (died_at or {}).get(a.actor_id, now))
@@ -315,6 +320,8 @@ def holds(v: OomVerdict, row: ActorRow | None) -> bool:
 
 def marked(ooms: Iterable[OomVerdict], rows: Iterable[ActorRow]) -> dict[str, OomVerdict]:
     """The verdicts that still hold, by actor id (the newest of each rank): the rows to mark."""
+    if not ooms:
+        return {}
     by_id = {a.actor_id: a for a in rows}
     out: dict[str, OomVerdict] = {}
     for v in sorted(ooms, key=lambda x: x.at):

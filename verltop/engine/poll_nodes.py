@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import operator
 import time
+from itertools import compress
 
 from verltop.engine.polling import PollState
 from verltop.model import Node
@@ -13,6 +15,7 @@ from verltop.sources import dashboard as D
 from verltop.sources.local import LocalSample, is_actor_process, this_fqdn
 
 log = logging.getLogger("verltop.engine")
+_NODE_ID, _STATE = operator.attrgetter("node_id"), operator.attrgetter("state")
 
 
 class NodePolls(PollState):
@@ -78,7 +81,9 @@ class NodePolls(PollState):
         at most ``max_node_details`` requests per cycle (``all_nodes`` for one-shot snapshots; ``with_local``:
         this machine's nodes too, for a snapshot that does not sample CPU itself)."""
         local = frozenset() if with_local else self.local_node_ids()
-        wanted = sorted({a.node_id for a in self._actors_on(self._known_nodes()) if a.node_id and a.node_id not in local})
+        acts = self.src.actors.value or []
+        # the nodes of the live actors (in C: 10,000 actors on 128 nodes)
+        wanted = sorted(set(map(_NODE_ID, compress(acts, map("ALIVE".__eq__, map(_STATE, acts))))) - local - {None, ""})
         if not wanted:
             return
         if all_nodes:

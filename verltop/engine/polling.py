@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import operator
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ if TYPE_CHECKING:  # a dump's and RAS's model: loaded when one is made
     from verltop.model import DumpReport, RasReport
 
 DETAIL_REFRESH_S = 30.0  # detail rows are re-read at least this often
+_ID = operator.attrgetter("actor_id")
 ROLES_EVERY_S = 15.0  # how often groups whose roles are unknown are looked up
 FIRST_FRAME_GRACE_S = 1.0  # the first snapshot waits this long at most for sources slower than the actors
 
@@ -127,6 +129,7 @@ class PollState(Engine):
         self.tasks_truncated: str | None = None  # the running tasks' list: cut at Ray's limit, or events lost
         self.seeded = False
         self._actor_cache: dict[str, RawActor] = {}
+        self._index: tuple[list[RawActor], dict[str, RawActor], dict[str, list[RawActor]]] | None = None
         self._row_memo = BuildMemo()  # what the last build worked out, reused where nothing changed
         # node id → (summary node, detail node, the two merged): the same merged object while neither changed,
         # so that the rows on it are reused as they are (a new Node each build made every row look changed)
@@ -191,10 +194,29 @@ class PollState(Engine):
         if rows and self.hist.add_finished(rows):
             self._dirty.set()
 
+    def _actor_index(self) -> tuple[dict[str, RawActor], dict[str, list[RawActor]]]:
+        """The actors by id, and the live ones by node, worked out once per actors' list (the list itself is
+        kept: its id could be a freed one's). Each node's detail read asks for both: at 10,000 actors, 32
+        reads a cycle scanned 640,000 actors."""
+        acts = self.src.actors.value or []
+        c = self._index
+        if c is None or c[0] is not acts:
+            on: dict[str, list[RawActor]] = {}
+            for a in acts:
+                if a.state == "ALIVE" and a.node_id:
+                    on.setdefault(a.node_id, []).append(a)
+            c = self._index = (acts, dict(zip(map(_ID, acts), acts, strict=True)), on)
+        return c[1], c[2]
+
     def _actor_map(self) -> dict[str, RawActor]:
-        return {a.actor_id: a for a in (self.src.actors.value or [])}
+        """Every actor by id (shared: read only)."""
+        return self._actor_index()[0]
 
     def _actors_on(self, node_ids: frozenset[str] | set[str]) -> list[RawActor]:
+        """The live actors on these nodes, in the actors' order."""
+        on = self._actor_index()[1]
+        if len(node_ids) == 1:
+            return list(on.get(next(iter(node_ids)), ()))
         return [a for a in (self.src.actors.value or []) if a.node_id in node_ids and a.state == "ALIVE"]
 
     def _known_nodes(self) -> set[str]:

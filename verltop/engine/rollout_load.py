@@ -144,7 +144,8 @@ class RolloutWatch:
 
     def view(self, actor_ids: Iterable[str]) -> tuple[RolloutLoad, ...]:
         """The loads of these actors (the snapshot's), in its order."""
-        return tuple(self.loads[aid] for aid in actor_ids if aid in self.loads)
+        loads = self.loads
+        return tuple(map(loads.__getitem__, filter(loads.__contains__, actor_ids))) if loads else ()
 
     async def close(self) -> None:
         """Nothing to release: each read is its own connection."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import operator
 from dataclasses import replace
 from typing import Any
 
@@ -15,6 +16,7 @@ from verltop.model import ActorRow, Node, ProcStat, Snapshot, SourceStatus, Trai
 from verltop.sources.local import LocalSample
 
 log = logging.getLogger("verltop.engine")
+_ID = operator.attrgetter("actor_id")
 
 
 class SnapshotBuilding(PollState):
@@ -77,10 +79,10 @@ class SnapshotBuilding(PollState):
         """The joined view, with the step timeline, the trends' marks and the pending work."""
         snap = build_snapshot(data, self.hist, now, self.stall, self._row_memo)
         self.trends.record(snap.actors, now)
-        actors = {a.actor_id: a for a in data.actors}
+        actors = dict(zip(map(_ID, data.actors), data.actors, strict=True))
         steps = self.timeline.steps(now, snap.actors)
         training = self.training_view()
-        rollout = self.rollout.view(a.actor_id for a in snap.actors)
+        rollout = self.rollout.view(map(_ID, snap.actors))
         peaks = verl_peaks(training.metrics, training.last_step) if training is not None else ()
         return replace(snap, steps=steps, work=self.work.summary(self.waiting, actors, snap.actors),
                        training=training, slow_ranks=slow_ranks(steps, snap.actors), rollout=rollout,
