@@ -8,7 +8,7 @@ from dataclasses import replace
 from verltop.analysis import snapshot_build as SB
 from verltop.analysis.history import TaskHistory
 from verltop.analysis.snapshot_build import BuildMemo, ClusterData, build_snapshot
-from verltop.model import Node, ProcStat, RawActor, RawTask
+from verltop.model import Gpu, Node, ProcStat, RawActor, RawTask
 
 NOW = 1_800_000_000.0
 ENV = (("RANK", "0"), ("WORLD_SIZE", "2"), ("WG_PREFIX", "abc"))
@@ -109,8 +109,9 @@ def test_a_call_that_ended_leaves_the_row_though_nothing_else_about_the_rank_cha
 
 def test_builds_on_the_same_actor_objects_match_builds_without_the_memo_whatever_changes_between_them():
     """The same actor objects build after build (the usual case: only the rows whose inputs changed are
-    looked at), while calls start and end, a node's figures change, a group learns a new role, an actor dies,
-    a probe comes and goes and this machine's nodes change: every build equals one without the memo."""
+    looked at), while calls start and end, a node's figures change (its detail read, or only its summary), a
+    group learns a new role, an actor dies, a probe comes and goes and this machine's nodes change: every build
+    equals one without the memo."""
     import random
 
     rng = random.Random(7)
@@ -136,11 +137,19 @@ def test_builds_on_the_same_actor_objects_match_builds_without_the_memo_whatever
     local: frozenset[str] = frozenset()
     now = NOW
     reused = 0
-    for step in range(60):
-        move = rng.choice(("none", "none", "node", "start", "end", "role", "die", "probe", "local"))
+    for step in range(120):
+        move = rng.choice(("none", "none", "node", "summary", "summary", "start", "end", "role", "die", "probe", "local"))
         if move == "node":
             nid = rng.choice(("n0", "n1"))
             nodes[nid] = node(nid, rng.choice((1.0, 5.0, 50.0)))
+        elif move == "summary":  # the node's summary read anew: a new object, its detail (processes) the same
+            nid = rng.choice(("n0", "n1"))
+            on = [a.pid for a in acts if a.node_id == nid and a.pid]
+            held = rng.sample(on, rng.randrange(0, 3))  # the ranks on its GPUs, their figures new
+            gpus = tuple(Gpu(k, "NVIDIA H200", rng.choice((0.0, 90.0)), 10 << 30, 140 << 30, f"GPU-{nid}-{k}",
+                             ((pid, rng.choice((8, 9)) << 30, 50.0),)) for k, pid in enumerate(held))
+            nodes[nid] = replace(nodes[nid], cpu_percent=rng.random() * 100, gpus=gpus,
+                                 mem_total_bytes=rng.choice((1 << 36, 1 << 36, 1 << 37)))
         elif move == "start":
             a = rng.choice(acts)
             method = rng.choice(("actor_rollout_generate_sequences", "actor_rollout_update_actor"))
@@ -167,7 +176,7 @@ def test_builds_on_the_same_actor_objects_match_builds_without_the_memo_whatever
         before = {q[1].actor_id: q[1] for q in memo.quiet if q is not None}
         snap = build_snapshot(d, hist, now, memo=memo)
         assert snap == build_snapshot(d, hist, now), f"step {step}: {move}"
-        if move == "none":
+        if move in ("none", "summary"):
             reused += sum(1 for r in snap.actors if before.get(r.actor_id) is r)
         now += 2.0
     assert reused  # idle rows were taken as they were

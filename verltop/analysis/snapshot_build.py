@@ -113,10 +113,12 @@ class BuildMemo:
     change since. At 10,000 actors most of them are idle and unchanged from one build to the next."""
 
     rows: dict[str, tuple] = field(default_factory=dict)  # actor id → its inputs and its row (before stalls)
-    nodes: dict[str, tuple] = field(default_factory=dict)  # node id → (node, its pid → GPU map, pid → process)
+    # node id → (its GPUs, its processes, pid → GPU map, pid → process map, what of it every row reads)
+    nodes: dict[str, tuple] = field(default_factory=dict)
+    at: dict[tuple, list[int]] | None = None  # (node id, pid) → the actors' indices in ``actors``
     order: tuple[list, list[int]] | None = None  # the last build's sort keys in actor order, and their sorted order
-    # the last build's actors in their order, and per actor in that order: its node object, last method and
-    # processes, and its (sort key, row) where it was idle and unjudged (None otherwise, or a probe)
+    # the last build's actors in their order, and per actor in that order: what of its node a row reads, its
+    # last method and processes, and its (sort key, row) where it was idle and unjudged (None otherwise, a probe)
     actors: tuple[RawActor, ...] = ()
     local: frozenset[str] = frozenset()
     pos: dict[str, int] = field(default_factory=dict)  # actor id → its index in ``actors``
@@ -126,25 +128,35 @@ class BuildMemo:
     quiet: list = field(default_factory=list)
 
 
-def _node_maps(data: ClusterData, memo: BuildMemo | None) -> tuple[dict, dict]:
-    """Each node's pid → (GPU, memory) and pid → process maps; a node object seen by the last build keeps
-    its maps."""
+def _node_maps(data: ClusterData, memo: BuildMemo | None) -> tuple[dict, dict, dict, list]:
+    """Each node's pid → (GPU, memory) and pid → process maps; what of the node every row on it reads (its
+    IP, its memory, the process map) as one object, kept while those are the same; and the nodes whose GPU
+    map is new while that object stands, with their last map. Nodes' summaries are read anew every 15 s (new
+    GPU figures for the GPUs' ranks): the other rows on them stand."""
     gpus_by_node: dict[str, dict[int, tuple[Gpu, int | None]]] = {}
     procs_by_node: dict[str, dict[int, ProcStat]] = {}
+    sig_by_node: dict[str, tuple] = {}
+    gpus_moved: list[tuple[str, dict | None, dict | None]] = []
     last = memo.nodes if memo is not None else {}
     kept = {}
     for n in data.nodes:
         m = last.get(n.node_id)
-        if m is None or m[0] is not n:
-            m = (n, _gpu_map(n.gpus) if n.gpus else None, {p.pid: p for p in n.procs} if n.procs else None)
+        if m is None or m[1] is not n.procs or m[4][0] != n.ip or m[4][1] != n.mem_total_bytes:
+            pm = {p.pid: p for p in n.procs} if n.procs else None
+            m = (n.gpus, n.procs, _gpu_map(n.gpus) if n.gpus else None, pm, (n.ip, n.mem_total_bytes, pm))
+        elif m[0] is not n.gpus:
+            gm = _gpu_map(n.gpus) if n.gpus else None
+            gpus_moved.append((n.node_id, m[2], gm))
+            m = (n.gpus, m[1], gm, m[3], m[4])
         kept[n.node_id] = m
-        if m[1] is not None:
-            gpus_by_node[n.node_id] = m[1]
+        sig_by_node[n.node_id] = m[4]
         if m[2] is not None:
-            procs_by_node[n.node_id] = m[2]
+            gpus_by_node[n.node_id] = m[2]
+        if m[3] is not None:
+            procs_by_node[n.node_id] = m[3]
     if memo is not None:
         memo.nodes = kept
-    return gpus_by_node, procs_by_node
+    return gpus_by_node, procs_by_node, sig_by_node, gpus_moved
 
 
 def _sorted(rows: list[tuple[tuple, ActorRow]], memo: BuildMemo | None) -> list[ActorRow]:
@@ -178,14 +190,14 @@ def build_snapshot(
     for t in data.tasks:
         if t.actor_id:
             tasks_by_actor.setdefault(t.actor_id, []).append(t)
-    gpus_by_node, procs_by_node = _node_maps(data, memo)
+    gpus_by_node, procs_by_node, sig_by_node, gpus_moved = _node_maps(data, memo)
     local_gpu_map = _gpu_map(data.local_gpus) if data.local_gpus else {}
     trees = P.tree_views(data.local_tree, data.local_node_ids, data.local_gpus, data.remote_trees, nodes)
     attach = P.by_actor(actors, trees, nodes)
 
     ids = list(map(_ID, actors))
     # each actor's inputs that may change while the actor object does not, in actor order, looked up in C
-    node_objs = list(map(nodes.get, map(_NODE_OF, actors)))
+    node_objs = list(map(sig_by_node.get, map(_NODE_OF, actors)))  # what of its node the row reads
     lms = list(map(hist.last_method.get, ids))
     atts = list(map(attach.get, ids))
     # the very actor objects of the last build, in its order: only the actors whose inputs changed are looked
@@ -231,12 +243,23 @@ def build_snapshot(
         todo.update(compress(range(n), map(operator.is_, memo.quiet, repeat(None))))
         pos = memo.pos
         todo.update(pos[aid] for aid in tasks_by_actor if aid in pos)
+        if gpus_moved:  # the actors on a GPU of a node whose GPU figures moved
+            if memo.at is None:
+                memo.at = {}
+                for i, a in enumerate(actors):
+                    if a.pid is not None:
+                        memo.at.setdefault((a.node_id, a.pid), []).append(i)
+            for nid, old_gm, gm in gpus_moved:
+                for pid in {*(old_gm or ()), *(gm or ())}:
+                    todo.update(memo.at.get((nid, pid), ()))
         idx: Iterable[int] = sorted(todo)
         emitted = list(memo.quiet)  # (sort key, row) in actor order; None: a probe
         quiet = list(memo.quiet)
         kept: dict[str, tuple] | None = dict(rmemo)
     else:
         pos = dict(zip(ids, range(n), strict=True))
+        if memo is not None:
+            memo.at = None  # (node, pid) → actor indices: worked out when a build needs it
         idx = range(n)
         emitted = [None] * n
         quiet = [None] * n
@@ -255,14 +278,22 @@ def build_snapshot(
         roles_in = roles
         alive = a.state == "ALIVE"
         last = rmemo.get(a.actor_id) if rmemo is not None else None
-        node, lm, att = node_objs[i], lms[i], atts[i]
+        sig, lm, att = node_objs[i], lms[i], atts[i]
+        node = nodes.get(a.node_id)
         ts = tasks_by_actor.get(a.actor_id, []) if alive else []
         t = (ts[0] if len(ts) == 1 else _pick_task(ts)) if ts else None
         local = a.node_id in data.local_node_ids
+        gpu_hit = None
+        if alive and a.pid is not None:
+            if local:
+                gpu_hit = local_gpu_map.get(a.pid)
+            if gpu_hit is None:
+                gpu_hit = gpus_by_node.get(a.node_id or "", {}).get(a.pid)
         # the same actor object, alive, not on this machine, no restart, on the same node, history, roles and
         # processes as at the last build: its row stands, or moves only its call's age
         same = (last is not None and same_local and last[0] is a and alive and not a.num_restarts and not local
-                and last[6][0] is node and last[6][1] == lm and last[6][2] == roles_in and last[6][3] is att)
+                and last[6][0] is sig and last[6][1] == lm and last[6][2] == roles_in and last[6][3] is att
+                and last[6][4] == gpu_hit)
         if same and t is None and last[3][1] is None:
             # idle then and now: most of 10,000 actors, most of the time; no stall rule applies (stalls_for
             # answers ())
@@ -312,12 +343,6 @@ def build_snapshot(
         cpu = proc.cpu_percent if proc else None
         if cpu is None and dash_proc is not None:  # a first local sample measures no CPU yet
             cpu = dash_proc.cpu_percent
-        gpu_hit = None
-        if alive and a.pid is not None:
-            if local:
-                gpu_hit = local_gpu_map.get(a.pid)
-            if gpu_hit is None:
-                gpu_hit = gpus_by_node.get(a.node_id or "", {}).get(a.pid)
         gpu, gpu_mem = gpu_hit if gpu_hit else (None, None)
         gpu_total = gpu.mem_total_bytes if gpu else None
         if att is not None and att.gpu_mem_bytes:
@@ -329,10 +354,10 @@ def build_snapshot(
 
         key = (a, t, running_s, node.ip if node else None, node.mem_total_bytes if node else None, proc, cpu,
                gpu, gpu_mem, gpu_total, att, role, roles)
-        pre = (node, lm, roles_in, att)
+        pre = (sig, lm, roles_in, att, gpu_hit)
         if last is not None and last[3] == key:
             # the same inputs: the same row (and, where they are the same objects too, no new objects to keep)
-            entry = last if last[6][0] is node and last[6][3] is att else (*last[:6], pre, *last[7:])
+            entry = last if last[6][0] is sig and last[6][3] is att else (*last[:6], pre, *last[7:])
         else:
             row = _row(a, ident, node, t, method, role, roles, running_s, start_s, proc, cpu, gpu, gpu_mem, gpu_total,
                        att)
@@ -348,7 +373,8 @@ def build_snapshot(
             cfg.restart_window_s)
         if startup is not None and not alive:
             row = replace(row, stalls=(startup,))
-        elif role not in _NO_STALL_ROLES or not alive:
+        elif not alive or (role not in _NO_STALL_ROLES and method is not None and running_s is not None):
+            # (an alive rank with no call running has no stall: ``stalls_for`` answers () for it)
             st = stalls_for(_view(a, gk, method, row, running_s, start_s, gpu is not None), hist, now, cfg,
                             stall_memo)
             if st or startup is not None:
