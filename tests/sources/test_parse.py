@@ -78,3 +78,28 @@ def test_401_and_403_bodies_are_not_json():
               "ray-token-auth-1gpu/hung/api_v0_actors.WRONG_TOKEN.http403.txt"):
         with pytest.raises(parse.ParseError):
             parse.loads(load(f))
+
+
+@pytest.mark.parametrize("rows", [300, 12_000])  # ~0.2 MB (orjson's range) and ~8 MB (the stdlib's)
+def test_a_big_answer_is_parsed_within_a_few_times_its_size(rows):
+    """The TUI's peak RSS at 10,000 actors is set by parsing the largest answers: orjson held ~15x a 7 MB
+    answer for a moment (~100 MB); what parses them holds at most 6x, and both parsers read the same."""
+    import tracemalloc
+
+    row = {"actor_id": "a" * 32, "class_name": "WorkerDict", "state": "ALIVE", "job_id": "01000000", "name": "w",
+           "node_id": "n" * 56, "pid": 1234, "ray_namespace": "ns", "required_resources": {"CPU": 1.0, "GPU": 1.0},
+           "death_cause": None, "is_detached": False, "placement_group_id": "p" * 36, "repr_name": "",
+           "num_restarts": "0", "call_site": None, "label_selector": {}, "serialized_runtime_env": "{}"}
+    doc = {"result": True, "msg": "", "data": {"result": {"total": rows, "num_after_truncation": rows,
+                                                          "result": [dict(row, actor_id=f"{i:032x}") for i in range(rows)]}}}
+    body = json.dumps(doc).encode()
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        got = parse.loads(body)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert got == doc
+    if len(body) >= parse.LEAN_FROM_BYTES:
+        assert peak < 6 * len(body), f"{peak / len(body):.1f}x a {len(body) >> 20} MB answer"
