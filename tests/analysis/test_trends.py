@@ -107,3 +107,23 @@ def test_rows_recorded_again_in_a_bucket_keep_their_marks_and_new_rows_move_them
     a3 = sample("a1", rss=200 * MIB)
     tr.record([a3, b], T0 + BUCKET_S * 2)  # the next bucket: every row is sampled, the mark stays the highest
     assert a3.rss_peak_bytes == 300 * MIB and tr.trend("a1", T0 + BUCKET_S * 2) is not None
+
+
+def test_a_metric_gets_its_ring_at_its_first_value_and_reads_unknown_before():
+    """A helper actor with RSS alone holds one ring, not four (10,000 actors: ~20 MB); a GPU that shows up
+    later starts its ring then, with the buckets before it unknown, and its growth is fitted from then on."""
+    tr = Trends()
+    for i in range(60):
+        gpu = (1000 + 10 * (i - 20)) * MIB if i >= 20 else None  # a GPU from the 20th sample (bucket 10) on
+        r = sample(rss=2000 * MIB, gpu=gpu)
+        tr.record([r], T0 + BUCKET_S / 2 * i)
+    t = tr.actors["a1"]
+    assert sorted(t.rings) == ["gpu_mem", "rss"]  # no util or power was ever known
+    got = tr.trend("a1", T0 + BUCKET_S / 2 * 59)
+    assert got.gpu_util == (None,) * BUCKETS and got.power_w == (None,) * BUCKETS
+    known = [v for v in got.gpu_mem_mib if v is not None]
+    assert len(known) == 20 and got.gpu_mem_mib[-21] is None and got.rss_mib[-30:] == (2000.0,) * 30
+    assert r.gpu_mem_growth_bytes_per_min == pytest.approx(240 * MIB, rel=0.05)  # +20 MiB a 5-s bucket
+    only_rss = Trends()
+    only_rss.record([sample("h", rss=100 * MIB)], T0)
+    assert list(only_rss.actors["h"].rings) == ["rss"]

@@ -16,6 +16,27 @@ def test_real_actor_rows():
     assert all(a.pid and a.node_id for a in rows)
 
 
+def test_actor_rows_read_one_at_a_time_are_those_read_whole():
+    """``actors_bytes`` (the live view's detail reads, an actor at a time) against ``actors`` of the parsed
+    answer, on every real actor list of the fixtures, a cut one, and answers of other shapes."""
+    from pathlib import Path
+
+    bodies = [f.read_bytes() for f in sorted((Path(__file__).parent.parent / "fixtures").rglob("api_v0_actors*.json"))]
+    assert len(bodies) >= 5
+    cut = {"result": True, "msg": "", "data": {"result": {"total": 12000, "num_after_truncation": 10000,
+                                                          "partial_failure_warning": "1 node timed out",
+                                                          "result": [{"actor_id": "a", "class_name": "C"}]}}}
+    bodies.append(json.dumps(cut, indent=1).encode())
+    for body in bodies:
+        (rows, lr), (rows2, lr2) = parse.actors(parse.loads(body)), parse.actors_bytes(body)
+        assert rows2 == rows and (lr2.total, lr2.truncated, lr2.warning) == (lr.total, lr.truncated, lr.warning)
+    assert parse.actors_bytes(bodies[-1])[1].truncated and parse.actors_bytes(bodies[-1])[1].warning
+    for bad in (b"<html>502</html>", b'{"result": false, "msg": "boom"}', b'{"result": true, "data": {}}',
+                b'{"result": true, "data": {"result": {"result": [{"no_id": 1}]}}}', b'{"result": true', b"\xff"):
+        with pytest.raises(parse.ParseError):
+            parse.actors_bytes(bad)
+
+
 def test_real_running_tasks_have_start_times():
     rows, _ = parse.tasks(load_json("ray-gpu-cluster/hung/api_v0_tasks.json"))
     running = [t for t in rows if t.state == "RUNNING"]
