@@ -58,7 +58,7 @@ class MemoryBook:
         self.max_episodes = max_episodes
         self.actors: dict[str, ActorBook] = {}
         self.samples = 0  # booked so far (tests, the bench)
-        self.row_cache: dict[tuple[str, int], tuple] = {}  # the view's rows per (actor, step), while they hold
+        self.row_cache: dict[int, dict[str, tuple]] = {}  # the view's rows per step and actor, while they hold
 
     def add(self, at: float, samples: Iterable[MemSample]) -> int:
         """Book the samples taken at ``at``. Returns how many were booked."""
@@ -114,7 +114,7 @@ class MemoryBook:
         keep = set(actor_ids)
         for aid in [a for a in self.actors if a not in keep]:
             del self.actors[aid]
-        if len(self.row_cache) > 4 * len(keep) * 20 + 1024:
+        if sum(map(len, self.row_cache.values())) > 2 * len(keep) * (len(self.row_cache) + 1) + 1024:  # gone actors
             self.row_cache.clear()
 
     def drop_before(self, t: float) -> None:
