@@ -197,7 +197,7 @@ def build_snapshot(
 
     ids = list(map(_ID, actors))
     # each actor's inputs that may change while the actor object does not, in actor order, looked up in C
-    node_objs = list(map(sig_by_node.get, map(_NODE_OF, actors)))  # what of its node the row reads
+    node_ins = list(map(sig_by_node.get, map(_NODE_OF, actors)))  # what of its node the row reads
     lms = list(map(hist.last_method.get, ids))
     atts = list(map(attach.get, ids))
     # the very actor objects of the last build, in its order: only the actors whose inputs changed are looked
@@ -236,8 +236,8 @@ def build_snapshot(
     if same_actors:
         # an idle row stands where its node, processes and last method are the objects of the last build;
         # the rest (and every rank with a call) is looked at below
-        old_nodes, old_lms, old_atts = memo.inputs
-        todo = set(compress(range(n), map(operator.is_not, node_objs, old_nodes)))
+        old_node_ins, old_lms, old_atts = memo.inputs
+        todo = set(compress(range(n), map(operator.is_not, node_ins, old_node_ins)))
         todo.update(compress(range(n), map(operator.ne, lms, old_lms)))
         todo.update(compress(range(n), map(operator.is_not, atts, old_atts)))
         todo.update(compress(range(n), map(operator.is_, memo.quiet, repeat(None))))
@@ -278,7 +278,7 @@ def build_snapshot(
         roles_in = roles
         alive = a.state == "ALIVE"
         last = rmemo.get(a.actor_id) if rmemo is not None else None
-        sig, lm, att = node_objs[i], lms[i], atts[i]
+        sig, lm, att = node_ins[i], lms[i], atts[i]
         node = nodes.get(a.node_id)
         ts = tasks_by_actor.get(a.actor_id, []) if alive else []
         t = (ts[0] if len(ts) == 1 else _pick_task(ts)) if ts else None
@@ -388,7 +388,7 @@ def build_snapshot(
     rows: list[tuple[tuple, ActorRow]] = list(filter(None, emitted))  # (sort key, row); probes left out
     if memo is not None and kept is not None:
         memo.rows, memo.actors, memo.local, memo.pos = kept, actors, data.local_node_ids, pos
-        memo.idents, memo.group_roles, memo.inputs, memo.quiet = idents, group_roles, (node_objs, lms, atts), quiet
+        memo.idents, memo.group_roles, memo.inputs, memo.quiet = idents, group_roles, (node_ins, lms, atts), quiet
     if data.ras is not None:
         from verltop.analysis import ras as RAS  # its model loads with RAS's first answer
 
