@@ -103,11 +103,29 @@ def state_api_rows(doc: Any) -> ListResult:
     rows = inner.get("result")
     if not isinstance(rows, list):
         raise ParseError("dashboard answer lacks data.result.result (schema changed?)")
+    return _list_result(inner, rows)
+
+
+def _list_result(inner: dict[str, Any], rows: list[Any]) -> ListResult:
+    """What the envelope around a list's rows says: its total, whether Ray cut it, a partial failure."""
     total = _int(inner.get("total"))
     after = _int(inner.get("num_after_truncation"))
     truncated = total is not None and after is not None and total > after
-    warn = _str(inner.get("partial_failure_warning")) or None
-    return ListResult(rows=rows, total=total, truncated=truncated, warning=warn)
+    return ListResult(rows=rows, total=total, truncated=truncated,
+                      warning=_str(inner.get("partial_failure_warning")) or None)
+
+
+def _streamed(body: bytes, path: tuple[str, ...], take: Any) -> list[dict[str, Any]] | None:
+    """``take`` each element of the array at ``path``, one at a time (``jsonstream``); the envelope's levels
+    (top first), or None for an answer of another shape (an error's answer, a changed schema, not JSON): the
+    caller parses that whole, whose errors say what is wrong with it."""
+    from verltop.sources.jsonstream import each
+
+    try:
+        levels = each(body.decode("utf-8"), path, take)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return None if levels[0].get("result") is False else levels
 
 
 # What an actor's runtime env says, by a digest of it: each actor's is the same string poll after poll, and the
@@ -257,9 +275,7 @@ def actors(doc: Any) -> tuple[list[RawActor], ListResult]:
 def actors_bytes(body: bytes) -> tuple[list[RawActor], ListResult]:
     """``actors`` of the answer as sent, one actor parsed at a time (``jsonstream``): at 10,000 actors the
     detail rows are ~7 MB of JSON, ~20 MB as Python objects parsed whole (more while parsing), every 30 s the
-    TUI's peak RSS. An answer of another shape is parsed whole, whose errors say what is wrong with it."""
-    from verltop.sources.jsonstream import each
-
+    TUI's peak RSS. An answer of another shape is parsed whole."""
     out: list[RawActor] = []
     seen = [0]
 
@@ -269,17 +285,12 @@ def actors_bytes(body: bytes) -> tuple[list[RawActor], ListResult]:
         if a is not None:
             out.append(a)
 
-    try:
-        top, _, inner = each(body.decode("utf-8"), ("data", "result", "result"), take)
-    except (ValueError, UnicodeDecodeError):  # not this shape (an error's answer, a changed schema) or not JSON
-        return actors(loads(body))
-    if top.get("result") is False:
+    levels = _streamed(body, ("data", "result", "result"), take)
+    if levels is None:
         return actors(loads(body))
     if seen[0] and not out:
         raise ParseError("dashboard actor rows lack actor_id (schema changed?)")
-    total, after = _int(inner.get("total")), _int(inner.get("num_after_truncation"))
-    return out, ListResult(rows=[], total=total, truncated=total is not None and after is not None and total > after,
-                           warning=_str(inner.get("partial_failure_warning")) or None)
+    return out, _list_result(levels[-1], [])
 
 
 def task(row: Any) -> RawTask | None:
@@ -517,9 +528,7 @@ def nodes_summary(doc: Any, now: float | None = None) -> list[Node]:
 def nodes_summary_bytes(body: bytes, now: float | None = None) -> list[Node]:
     """``nodes_summary`` of the answer as sent, one node parsed at a time (``jsonstream``): at 128 nodes the
     answer is megabytes of per-worker stats that would otherwise all be Python objects at once. An answer of
-    another shape is parsed whole, whose errors say what is wrong with it."""
-    from verltop.sources.jsonstream import each
-
+    another shape is parsed whole."""
     out: list[Node] = []
 
     def take(d: Any) -> None:
@@ -527,11 +536,7 @@ def nodes_summary_bytes(body: bytes, now: float | None = None) -> list[Node]:
         if n is not None:
             out.append(n)
 
-    try:
-        top, _ = each(body.decode("utf-8"), ("data", "summary"), take)
-    except ValueError:  # not this shape (an error's answer, a changed schema) or not JSON
-        return nodes_summary(loads(body), now)
-    if top.get("result") is False:
+    if _streamed(body, ("data", "summary"), take) is None:
         return nodes_summary(loads(body), now)
     return out
 
