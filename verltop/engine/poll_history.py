@@ -112,7 +112,7 @@ class HistoryPolls(PollState):
         seed, total = r.value
         r = replace(r, value=seed)
         await self._actors_listed()
-        actors = {a.actor_id: a for a in (self.src.actors.value or [])}
+        actors = self._actor_map()  # shared: read only
         rows = []
         for t in r.value:
             if not (t.start_time_ms and t.end_time_ms and t.actor_id in actors):

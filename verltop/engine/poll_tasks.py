@@ -71,7 +71,7 @@ class TaskPolls(PollState):
         self._task_objs = {t.task_id: t for t in fixed}
         self._last_task_poll = r.taken_at
         self.src.tasks.value = fixed
-        actors = {a.actor_id: a for a in (self.src.actors.value or [])}
+        actors = self._actor_map()  # shared: read only
         await self._hist_ready()
         self.tasks_truncated = r.truncated  # shown beside the actors' (more than 10,000 running, or events lost)
         whole = D.complete(r)
