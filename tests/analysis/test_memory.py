@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import sys
 from dataclasses import replace
 
 from tests.analysis.helpers import row
@@ -214,3 +215,38 @@ def test_a_report_taken_before_the_call_began_is_not_the_calls():
     book = MemoryBook()
     assert book.add(100.0, [("a", "t1", "update_actor", None, 103.0, 5, 5, None, None, None)]) == 0
     assert book.add(103.2, [("a", "t1", "update_actor", None, 103.0, 5, 5, None, None, None)]) == 1
+
+
+class _Tape(MemoryBook):
+    """A book that records what it is fed, to feed it again in another order of views."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tape: list[tuple[float, list]] = []
+
+    def add(self, at, samples):
+        samples = list(samples)
+        self.tape.append((at, samples))
+        return super().add(at, samples)
+
+
+def test_a_view_worked_out_step_by_step_equals_one_worked_out_at_the_end(monkeypatch):
+    """The view works out only what changed since the last one, freezes old steps and lets their episodes go:
+    viewed after every step of a job (with leaks, peaks, noise and a window shorter than the job), it ends
+    where a view of the whole job at once does."""
+    monkeypatch.setattr(sys.modules[__name__], "MemoryBook", _Tape)
+    st = MemorySettings(keep_steps=8, min_steps=3, warmup_steps=0)  # (warm-up counts from the first step seen)
+    for seed in range(3):
+        tape_book, steps, rows = job(n_steps=20, ranks=6, leak_rank=seed, peak_rank=5 - seed, seed=seed,
+                                     warmup=64 * MIB)
+        whole = memory_view(tape_book, steps, rows, st=st)
+        live = MemoryBook()
+        fed = 0
+        for n in range(1, len(steps) + 1):
+            end = steps[n].started_at if n < len(steps) else float("inf")
+            while fed < len(tape_book.tape) and tape_book.tape[fed][0] < end:
+                live.add(*tape_book.tape[fed])
+                fed += 1
+            v = memory_view(live, steps[:n], rows, st=st)
+        assert v.growth and v.growth == whole.growth
+        assert v.headroom == whole.headroom and v.by_phase == whole.by_phase

@@ -127,3 +127,31 @@ def test_a_metric_gets_its_ring_at_its_first_value_and_reads_unknown_before():
     only_rss = Trends()
     only_rss.record([sample("h", rss=100 * MIB)], T0)
     assert list(only_rss.actors["h"].rings) == ["rss"]
+
+
+def test_the_fit_and_the_series_hold_exactly_the_samples_of_the_window():
+    """Random gaps, some longer than the ring: the growth fit sums and the drawn series are those of the
+    samples of the last ``BUCKETS`` buckets, worked out from scratch after every sample."""
+    import random
+
+    rnd = random.Random(7)
+    tr = Trends()
+    taken: list[tuple[int, float]] = []  # (bucket, MiB)
+    b = int(T0 // BUCKET_S)
+    for _ in range(600):
+        b += rnd.choice((1, 1, 1, 2, 3, 7)) if rnd.random() > 0.01 else BUCKETS + rnd.randrange(40)
+        v = float(rnd.randrange(100, 5000))
+        tr.record([sample(rss=int(v * MIB))], b * BUCKET_S)
+        taken.append((b, v))
+        t = tr.actors["a1"]
+        first = taken[0][0]
+        window = [(x, y) for x, y in taken if x > b - BUCKETS]
+        assert t.fit_rss.n == len(window)
+        assert t.fit_rss.sy == pytest.approx(sum(y for _, y in window))
+        assert t.fit_rss.sx == pytest.approx(sum(x - first for x, _ in window))
+        at = dict(window)
+        want, hold = [], None
+        for x in range(b - BUCKETS + 1, b + 1):
+            hold = at.get(x, hold)
+            want.append(hold)
+        assert t.series("rss", b) == want

@@ -45,7 +45,7 @@ class ActorBook:
         self.version = 0
         # episodes booked since the view last looked (it works out only those): the last one booked, and the
         # ones before it (a set kept small: consecutive samples of one call add it once)
-        self.touched: set[str] = set()
+        self.touched: set[str] | None = None  # (None while empty: an empty set is 216 bytes, 10,000 actors)
         self.last_key: str | None = None
         self.reset = False  # set: the view works this actor out afresh
         self.cache: object = None  # memory_view's per-actor state
@@ -77,7 +77,7 @@ class MemoryBook:
                 if len(eps) > cap:
                     old = next(iter(eps))
                     del eps[old]
-                    ab.touched.add(old)  # the view takes it out of its step
+                    _touch(ab, (old,))  # the view takes it out of its step
             elif at <= ep.last_at:
                 continue  # the same sample twice (a node's report read again)
             else:
@@ -87,7 +87,7 @@ class MemoryBook:
             ab.version += 1
             if key != ab.last_key:
                 if ab.last_key is not None:
-                    ab.touched.add(ab.last_key)
+                    _touch(ab, (ab.last_key,))
                 ab.last_key = key
             n += 1
             if g is not None:
@@ -125,5 +125,12 @@ class MemoryBook:
                 old = [k for k, e in eps.items() if e.start_s < t]
                 for k in old:
                     del eps[k]
-                ab.touched.update(old)  # the view takes them out of their steps
+                _touch(ab, old)  # the view takes them out of their steps
                 ab.version += 1
+
+
+def _touch(ab: ActorBook, keys: Iterable[str]) -> None:
+    if ab.touched is None:
+        ab.touched = set(keys)
+    else:
+        ab.touched.update(keys)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import bisect
 import operator
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from itertools import compress, repeat
 
@@ -48,6 +49,8 @@ SLACK_S = 0.5
 FREEZE_AFTER = 2  # steps: older ones keep their entries, not their episodes (their bounds no longer move)
 # roles whose memory is booked under the job's running phase: they have no phase of their own
 AMBIENT_ROLES = frozenset({"controller", "rollout_server", "agent_loop", "reward_loop", "other"})
+NO_STEPS: frozenset[int] = frozenset()
+NO_PHASES: frozenset[str] = frozenset()  # one object: every helper's cache key names it (``frozenset()`` is new each call)
 TRAINER_PHASES = frozenset({"old_log_prob", "ref", "values", "update_critic", "update_actor", "weight_sync", "save"})
 
 
@@ -177,7 +180,7 @@ class _ActorView:
         self.step_tight: dict[int, dict[str, tuple]] = {}  # the same, per step
         self.step_kept: dict[int, tuple] = {}  # per step: what its entries kept (``_series``), and from what
         self.who: tuple | None = None
-        self.frozen: set[int] = set()
+        self.frozen: AbstractSet[int] = NO_STEPS  # a set of its own once a step freezes
         self.seen = -1  # the book's version of the actor when last refreshed
         self.gen = 0  # bumped whenever an entry changes
         self.hr: tuple | None = None  # (key, headroom rows)
@@ -188,15 +191,15 @@ class _ActorView:
             ab.reset = False
             self.bounds, self.members, self.where, self.aggs, self.step_tight = {}, {}, {}, {}, {}
             self.step_kept = {}
-            self.frozen = set()
+            self.frozen = NO_STEPS
             ab.touched = set(ab.eps)
-        if ab.version == self.seen and not ab.touched and self.bounds == w.bounds:
+        if ab.version == self.seen and not ab.touched and (self.bounds is w.bounds or self.bounds == w.bounds):
             return set()  # nothing booked, no step moved
         frozen = self.frozen
         moved = ({i for i, b in w.bounds.items() if self.bounds.get(i) != b and i not in frozen}
                  | (set(self.bounds) - set(w.bounds)))
-        remap = ab.touched
-        ab.touched = set()
+        remap = ab.touched or set()
+        ab.touched = None
         if ab.last_key is not None and ab.version != self.seen:
             remap.add(ab.last_key)
         self.seen = ab.version
@@ -234,7 +237,8 @@ class _ActorView:
         for d in (self.step_tight, self.step_kept):
             for i in [i for i in d if i not in self.aggs]:
                 del d[i]
-        frozen &= set(w.bounds)
+        if frozen and not frozen <= w.bounds.keys():
+            frozen = self.frozen = {i for i in frozen if i in w.bounds}
         if self.first_step is None and self.aggs:
             self.first_step = min(self.aggs)
         if w.index:
@@ -242,13 +246,15 @@ class _ActorView:
                 for k in self.members.pop(i):
                     ab.eps.pop(k, None)
                     self.where.pop(k, None)
+                if not isinstance(frozen, set):
+                    frozen = self.frozen = set()
                 frozen.add(i)
                 if i in self.aggs:  # its tightest samples, worked out once; the entries keep what rows need
                     if i not in self.step_tight:
                         self.step_tight[i] = _tight(self.aggs[i])
                     for a in self.aggs[i]:
                         a.g_margin = a.g_val = a.g_lim = a.h_margin = a.h_val = a.h_lim = None
-        self.bounds = dict(w.bounds)
+        self.bounds = w.bounds  # the window's own dict, shared by every actor (it is never changed)
         if self.first_step is None and self.aggs:
             self.first_step = min(self.aggs)
         if dirty:
@@ -506,11 +512,11 @@ def _by_phase(per_actor: list[tuple[ActorRow, _ActorView]], steps: list[Step], w
         ran: dict[str, frozenset[str]] = {}
         for run in s.runs:
             if run.phase != "other" and (i != w.running or live or w.done(i, run.phase)):
-                ran[run.group] = ran.get(run.group, frozenset()) | {run.phase}
+                ran[run.group] = ran.get(run.group, NO_PHASES) | {run.phase}
         shown = frozenset(p for p in PHASES if i != w.running or live or w.done(i, p))
         got: list[PhaseMemory] = []
         for row, av in everyone:
-            missing = ran.get(_group(row), frozenset()) if row.role not in AMBIENT_ROLES else frozenset()
+            missing = ran.get(_group(row), NO_PHASES) if row.role not in AMBIENT_ROLES else NO_PHASES
             key = (av.step_gen.get(i, 0), av.who, missing, shown) if av is not None else (row.worker_group, row.role,
                                                                                        row.rank, missing, shown)
             hit = step_cache.get(row.actor_id)

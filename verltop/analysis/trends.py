@@ -25,7 +25,6 @@ BUCKET_S = 5.0
 BUCKETS = 120  # ten minutes
 SPARK_CELLS = 10  # the table's trend column: one cell per minute
 METRICS = ("gpu_util", "gpu_mem", "rss", "power")
-FITTED = ("gpu_mem", "rss")
 MIB = 1024 * 1024
 NAN = float("nan")
 MIN_GROWTH_SAMPLES = 6  # and a minute apart, before a growth rate means anything
@@ -56,38 +55,43 @@ class _Fit:
 
 
 class ActorTrend:
-    """One actor's ring: slot ``x % BUCKETS`` holds bucket ``x`` (``xs``) and its values (percent, MiB, MiB,
-    watts; NaN = unknown; a metric without a ring has had no value yet), and its marks."""
+    """One actor's ring: slot ``x % BUCKETS`` holds bucket ``x``, the one of the last ``BUCKETS`` buckets with
+    that remainder, when bit ``x % BUCKETS`` of ``sampled`` is set; and its values (percent, MiB, MiB, watts;
+    NaN = unknown; a metric without a ring has had no value yet), and its marks."""
 
-    __slots__ = ("first", "fits", "growth", "last", "minute", "offset", "peak_gpu", "peak_rss", "rings", "spark",
-                 "xs")
+    __slots__ = ("first", "fit_gpu", "fit_rss", "growth_gpu", "growth_rss", "last", "minute", "offset", "peak_gpu",
+                 "peak_rss", "rings", "sampled", "spark")
 
     def __init__(self, bucket: int, offset: int = 0) -> None:
         self.first = bucket  # x origin of the fits (keeps the sums small)
         self.last = bucket - 1  # the newest sampled bucket
-        self.xs = array("i", [-1]) * BUCKETS  # bucket numbers: now // 5 s fits 32 bits until the 2300s
+        self.sampled = 0  # one bit per slot (not a bucket number per slot: 10,000 actors' rings, ~5 MB)
         self.rings: dict[str, array] = {}
-        self.fits = {m: _Fit() for m in FITTED}
-        self.growth: dict[str, float | None] = dict.fromkeys(FITTED)
+        self.fit_gpu, self.fit_rss = _Fit(), _Fit()
+        self.growth_gpu: float | None = None
+        self.growth_rss: float | None = None
         self.peak_gpu: int | None = None
         self.peak_rss: int | None = None
         self.spark: str | None = None
         self.minute = -1
         self.offset = offset  # actors redraw their sparkline at different buckets, not all in one snapshot
 
+    def holds(self, x: int) -> bool:
+        """Whether bucket ``x`` was sampled and is still in the ring."""
+        return self.last - BUCKETS < x <= self.last and bool(self.sampled >> (x % BUCKETS) & 1)
+
     def series(self, metric: str, now_bucket: int | None = None) -> list[float | None]:
         """Oldest first, one value per bucket of the ring ending at ``now_bucket``; a bucket without a sample
         holds the value before it (None: unknown)."""
-        ring, xs = self.rings.get(metric), self.xs
+        ring = self.rings.get(metric)
         if ring is None:
             return [None] * BUCKETS
         end = self.last if now_bucket is None else max(self.last, now_bucket)
         out: list[float | None] = []
         hold: float | None = None
         for x in range(end - BUCKETS + 1, end + 1):
-            i = x % BUCKETS
-            if xs[i] == x:
-                v = ring[i]
+            if self.holds(x):
+                v = ring[x % BUCKETS]
                 hold = None if math.isnan(v) else float(v)
             out.append(hold)
         return out
@@ -141,7 +145,7 @@ class Trends:
                     t.peak_rss = a.rss_bytes
             if t is not None:  # a dead actor keeps its marks: they say what it reached
                 a.gpu_mem_peak_bytes, a.rss_peak_bytes, a.trend = t.peak_gpu, t.peak_rss, t.spark
-                a.gpu_mem_growth_bytes_per_min, a.rss_growth_bytes_per_min = t.growth["gpu_mem"], t.growth["rss"]
+                a.gpu_mem_growth_bytes_per_min, a.rss_growth_bytes_per_min = t.growth_gpu, t.growth_rss
         if len(self.actors) > len(ids) or not self.actors.keys() <= set(ids):
             seen = set(ids)
             for aid in [k for k in self.actors if k not in seen]:
@@ -156,24 +160,23 @@ class Trends:
         return Trend(BUCKET_S, *(tuple(t.series(m, b)) for m in METRICS))
 
 
+def _fits(t: ActorTrend) -> tuple[tuple[str, _Fit], ...]:
+    return (("gpu_mem", t.fit_gpu), ("rss", t.fit_rss))
+
+
 def _sample(t: ActorTrend, b: int, a: ActorRow) -> None:
-    xs, rings, fits = t.xs, t.rings, t.fits
+    rings = t.rings
     # samples that left the window leave the fit (a gap of k buckets checks k slots)
     for x in range(max(t.first, t.last - BUCKETS + 1), b - BUCKETS + 1):
-        i = x % BUCKETS
-        if xs[i] == x:
-            for m in FITTED:
+        if t.holds(x):
+            i = x % BUCKETS
+            for m, fit in _fits(t):
                 r = rings.get(m)
                 if r is not None and not math.isnan(y := r[i]):
-                    fits[m].add(x - t.first, y, -1)
-            xs[i] = -1
+                    fit.add(x - t.first, y, -1)
+            t.sampled &= ~(1 << i)
     i = b % BUCKETS
-    if xs[i] >= 0:  # the slot's old sample (inside the window only if b - BUCKETS < it, which cannot be)
-        for m in FITTED:
-            r = rings.get(m)
-            if r is not None and not math.isnan(y := r[i]):
-                fits[m].add(xs[i] - t.first, y, -1)
-    xs[i] = b
+    t.sampled |= 1 << i  # its bucket left the window above (b > last: b - BUCKETS is older than the window)
     vals = (_val(a.gpu_util_percent), _val(a.gpu_mem_bytes, MIB), _val(a.rss_bytes, MIB), _val(a.gpu_power_w))
     for m, v in zip(METRICS, vals, strict=True):
         r = rings.get(m)
@@ -182,13 +185,12 @@ def _sample(t: ActorTrend, b: int, a: ActorRow) -> None:
                 continue
             r = rings[m] = array("f", [NAN]) * BUCKETS
         r[i] = v
-    for m in FITTED:
+    for m, fit in _fits(t):
         r = rings.get(m)
         if r is not None and not math.isnan(y := r[i]):
-            fits[m].add(b - t.first, y)
+            fit.add(b - t.first, y)
     t.last = b
-    for m in FITTED:
-        t.growth[m] = _growth(t.fits[m])
+    t.growth_gpu, t.growth_rss = _growth(t.fit_gpu), _growth(t.fit_rss)
     minute = (b + t.offset) // (BUCKETS // SPARK_CELLS)
     if minute != t.minute:
         t.minute = minute
@@ -209,7 +211,7 @@ def _growth(fit: _Fit) -> float | None:
 def _spark_of(t: ActorTrend, b: int) -> str | None:
     """The memory sparkline of the table: GPU memory when the actor has some, else RSS; one cell per
     minute (its highest value), scaled to the window's own range."""
-    metric = "gpu_mem" if t.fits["gpu_mem"].n else "rss"  # a GPU memory sample in the window
+    metric = "gpu_mem" if t.fit_gpu.n else "rss"  # a GPU memory sample in the window
     s = t.series(metric, b)
     per = BUCKETS // SPARK_CELLS
     cells = []

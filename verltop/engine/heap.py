@@ -7,6 +7,8 @@ import gc
 import time
 
 TRIM_EVERY_S = 60.0
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+MMAP_FROM_BYTES = 128 * 1024  # glibc's starting threshold, kept fixed
 GC_YOUNG = 10_000  # allocations between young collections (Python's default: 700)
 _SETTLED: list[bool] = []
 
@@ -18,6 +20,7 @@ class HeapTrim:
 
     def __init__(self, every_s: float = TRIM_EVERY_S) -> None:
         self.every_s = every_s
+        fix_mmap_threshold()
         self._last = time.monotonic()
 
     def tick(self) -> None:
@@ -32,6 +35,19 @@ def trim_heap() -> None:
         import ctypes
 
         ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass  # not glibc
+
+
+def fix_mmap_threshold() -> None:
+    """Keep glibc's mmap threshold at 128 KiB. By default it rises to the size of each large block freed (up to
+    32 MiB), so once a multi-MB answer has been parsed and freed, the next ones are carved out of the heap, where
+    the small objects made meanwhile pin them: at 10,000 actors that held ~20 MB more (RSS over 130 s, 198 MB
+    against 176 MB). Kept fixed, each large buffer is its own mapping, unmapped when freed."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, MMAP_FROM_BYTES)
     except (OSError, AttributeError):
         pass  # not glibc
 
