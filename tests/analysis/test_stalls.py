@@ -146,3 +146,26 @@ def test_the_seed_and_the_timelines_later_reads_count_a_run_once():
     assert h.add_finished(seed) == 0  # the timeline reads the same runs again
     h.observe([], 97.0)  # r0 seen ending: counted here, once
     assert len(h.durations[("g", "m")]) == 4 and h.add_finished([("r0", "a0", "g", "m", 90.0, 96.0)]) == 0
+
+
+def test_peers_finished_by_bisection_equals_a_scan():
+    """Each rank's peers that finished after it began, from the method's index shared by one build, equal a
+    plain count over the runs (ties, ranks that ran twice, the asking rank's own runs, none after)."""
+    import random
+    from types import SimpleNamespace
+
+    from verltop.analysis.stalls import _peers_finished
+
+    rnd = random.Random(3)
+    for _ in range(200):
+        runs = [SimpleNamespace(actor_id=f"a{rnd.randrange(12)}", end_s=float(rnd.randrange(30)))
+                for _ in range(rnd.randrange(1, 40))]
+        memo: dict = {}
+        for _ in range(10):
+            me, start = f"a{rnd.randrange(14)}", rnd.randrange(-1, 31) + rnd.choice((0.0, 0.5))
+            last_of: dict[str, float] = {}
+            for r in runs:
+                last_of[r.actor_id] = max(last_of.get(r.actor_id, -1.0), r.end_s)
+            after = [e for a, e in last_of.items() if a != me and e > start]
+            want = (len(after), max(after)) if after else None
+            assert _peers_finished(runs, me, start, memo, ("wg", "m")) == want
