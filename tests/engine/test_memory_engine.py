@@ -120,3 +120,31 @@ def test_verls_own_peaks_at_its_last_step():
     metrics = {"actor/perf/max_memory_allocated_gb": ((4, 60.0), (5, 61.5)), "perf/cpu_memory_used_gb": ((5, 200.0),),
                "critic/perf/max_memory_reserved_gb": ((4, 70.0),), "actor/entropy": ((5, 0.4),)}
     assert verl_peaks(metrics, 5) == (("actor/perf/max_memory_allocated_gb", 61.5), ("perf/cpu_memory_used_gb", 200.0))
+
+
+def test_a_costly_view_stands_for_its_share_of_time_and_a_cheap_one_is_worked_out_each_time():
+    """Thousands of actors make a view cost ~90 ms: it is worked out again once that is ``view_share`` of the
+    time since (samples are booked meanwhile); a cheap view, every time."""
+    from tests.analysis.helpers import row
+    from verltop.engine.memory_book import VIEW_CPU_SHARE
+    from verltop.model import PhaseRun, Step
+
+    a0 = _actor("a0", 100)
+    actors = {"a0": a0}
+    task = [RawTask("t0", "x", "WorkerDict.actor_rollout_update_actor", "RUNNING", "a0", "n1", 100, 10_000.0)]
+    steps = (Step(1, 10.0, None, (PhaseRun("update_actor", "wg", "actor_rollout_update_actor", 10.0, None, 1),), ()),)
+    rows = [row("a0", rank=0, pid=100)]
+
+    def peak_after(w: MemoryWatch, t: float, gib: int):
+        gpus = (Gpu(0, "H100", 90.0, None, 80 * GIB, processes=((100, gib * GIB, None),)),)
+        w.feed_local(LocalSample(t, {100: ProcStat(100, 1.0, 4 * GIB)}, gpus, None, None), actors.values(), task,
+                     actors)
+        return w.view(steps, rows)
+
+    for costly_s, share, stands in ((0.0, 1e-9, True), (VIEW_CPU_SHARE, VIEW_CPU_SHARE, False)):
+        w = MemoryWatch(threshold=0.95, view_share=share, costly_s=costly_s)
+        first = peak_after(w, 10.5, 20)
+        again = peak_after(w, 11.5, 30)
+        assert w.book.actors["a0"].eps["t0"].gpk == 30 * GIB  # booked either way
+        assert (again is first) == stands
+        assert [p.peak_gpu_bytes for p in again.by_phase if p.samples] == [20 * GIB if stands else 30 * GIB]

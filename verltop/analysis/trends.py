@@ -86,11 +86,12 @@ class ActorTrend:
         ring = self.rings.get(metric)
         if ring is None:
             return [None] * BUCKETS
-        end = self.last if now_bucket is None else max(self.last, now_bucket)
+        last, bits = self.last, self.sampled
+        end = last if now_bucket is None else max(last, now_bucket)
         out: list[float | None] = []
         hold: float | None = None
-        for x in range(end - BUCKETS + 1, end + 1):
-            if self.holds(x):
+        for x in range(end - BUCKETS + 1, end + 1):  # (all after last - BUCKETS: end >= last)
+            if x <= last and bits >> (x % BUCKETS) & 1:
                 v = ring[x % BUCKETS]
                 hold = None if math.isnan(v) else float(v)
             out.append(hold)
