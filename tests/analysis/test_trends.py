@@ -133,6 +133,7 @@ def test_the_fit_and_the_series_hold_exactly_the_samples_of_the_window():
     """Random gaps, some longer than the ring: the growth fit sums and the drawn series are those of the
     samples of the last ``BUCKETS`` buckets, worked out from scratch after every sample."""
     import random
+    from array import array
 
     rnd = random.Random(7)
     tr = Trends()
@@ -140,14 +141,14 @@ def test_the_fit_and_the_series_hold_exactly_the_samples_of_the_window():
     b = int(T0 // BUCKET_S)
     for _ in range(600):
         b += rnd.choice((1, 1, 1, 2, 3, 7)) if rnd.random() > 0.01 else BUCKETS + rnd.randrange(40)
-        v = float(rnd.randrange(100, 5000))
-        tr.record([sample(rss=int(v * MIB))], b * BUCKET_S)
-        taken.append((b, v))
+        rss = rnd.randrange(100 * MIB, 5000 * MIB)  # not whole MiB: a ring holds 32-bit floats
+        tr.record([sample(rss=rss)], b * BUCKET_S)
+        taken.append((b, float(array("f", [rss / MIB])[0])))
         t = tr.actors["a1"]
         first = taken[0][0]
         window = [(x, y) for x, y in taken if x > b - BUCKETS]
         assert t.fit_rss.n == len(window)
-        assert t.fit_rss.sy == pytest.approx(sum(y for _, y in window))
+        assert t.fit_rss.sy == pytest.approx(sum(y for _, y in window), rel=0, abs=1e-6)  # no drift
         assert t.fit_rss.sx == pytest.approx(sum(x - first for x, _ in window))
         at = dict(window)
         want, hold = [], None

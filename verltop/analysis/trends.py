@@ -26,6 +26,7 @@ BUCKETS = 120  # ten minutes
 SPARK_CELLS = 10  # the table's trend column: one cell per minute
 METRICS = ("gpu_util", "gpu_mem", "rss", "power")
 MIB = 1024 * 1024
+_IN_MIB = frozenset({"gpu_mem", "rss"})
 NAN = float("nan")
 MIN_GROWTH_SAMPLES = 6  # and a minute apart, before a growth rate means anything
 BARS = "▁▂▃▄▅▆▇█"
@@ -161,45 +162,41 @@ class Trends:
         return Trend(BUCKET_S, *(tuple(t.series(m, b)) for m in METRICS))
 
 
-def _fits(t: ActorTrend) -> tuple[tuple[str, _Fit], ...]:
-    return (("gpu_mem", t.fit_gpu), ("rss", t.fit_rss))
-
-
 def _sample(t: ActorTrend, b: int, a: ActorRow) -> None:
-    rings = t.rings
+    rings, last, first = t.rings, t.last, t.first
+    r_gpu, r_rss = rings.get("gpu_mem"), rings.get("rss")
     # samples that left the window leave the fit (a gap of k buckets checks k slots)
-    for x in range(max(t.first, t.last - BUCKETS + 1), b - BUCKETS + 1):
-        if t.holds(x):
-            i = x % BUCKETS
-            for m, fit in _fits(t):
-                r = rings.get(m)
-                if r is not None and not math.isnan(y := r[i]):
-                    fit.add(x - t.first, y, -1)
+    for x in range(max(first, last - BUCKETS + 1), b - BUCKETS + 1):
+        i = x % BUCKETS
+        if x <= last and t.sampled >> i & 1:
+            if r_gpu is not None and not math.isnan(y := r_gpu[i]):
+                t.fit_gpu.add(x - first, y, -1)
+            if r_rss is not None and not math.isnan(y := r_rss[i]):
+                t.fit_rss.add(x - first, y, -1)
             t.sampled &= ~(1 << i)
     i = b % BUCKETS
     t.sampled |= 1 << i  # its bucket left the window above (b > last: b - BUCKETS is older than the window)
-    vals = (_val(a.gpu_util_percent), _val(a.gpu_mem_bytes, MIB), _val(a.rss_bytes, MIB), _val(a.gpu_power_w))
-    for m, v in zip(METRICS, vals, strict=True):
+    for m, v in (("gpu_util", a.gpu_util_percent), ("gpu_mem", a.gpu_mem_bytes), ("rss", a.rss_bytes),
+                 ("power", a.gpu_power_w)):
         r = rings.get(m)
+        if v is None:
+            if r is not None:
+                r[i] = NAN
+            continue  # still nothing known of it: no ring
         if r is None:
-            if v != v:  # NaN: still nothing known of it, no ring
-                continue
             r = rings[m] = array("f", [NAN]) * BUCKETS
-        r[i] = v
-    for m, fit in _fits(t):
-        r = rings.get(m)
-        if r is not None and not math.isnan(y := r[i]):
-            fit.add(b - t.first, y)
+        r[i] = float(v) / MIB if m in _IN_MIB else float(v)
+        y = r[i]  # as stored (32 bits): the fit takes out what it put in when the sample leaves
+        if m == "gpu_mem":
+            t.fit_gpu.add(b - first, y)
+        elif m == "rss":
+            t.fit_rss.add(b - first, y)
     t.last = b
     t.growth_gpu, t.growth_rss = _growth(t.fit_gpu), _growth(t.fit_rss)
     minute = (b + t.offset) // (BUCKETS // SPARK_CELLS)
     if minute != t.minute:
         t.minute = minute
         t.spark = _spark_of(t, b)
-
-
-def _val(v: float | int | None, scale: float = 1.0) -> float:
-    return NAN if v is None else float(v) / scale
 
 
 def _growth(fit: _Fit) -> float | None:
