@@ -5,9 +5,9 @@ An actor is sampled once per bucket (``BUCKET_S``: the node agents report every 
 no sample (no snapshot was built: nothing changed) reads as the value before it. Growth is the least-squares
 slope over the samples in the ring, kept as running sums, so a sample costs the same at any ring size and a
 snapshot between buckets only updates the high-water marks. At 1,000 actors: ~3 ms per bucket, ~1 ms per
-snapshot; 2.7 KB per actor with a GPU, 1.3 KB without (a metric's ring is made at its first value: at
-10,000 actors most are helpers with RSS alone); an actor of which nothing is known yet (no GPU, its node's
-workers not read) has no ring until something is.
+snapshot; everything an actor's trend holds, 2.9 KB with a GPU and 1.5 KB without (a metric's ring is made
+at its first value: at 10,000 actors most are helpers with RSS alone; which slots hold a sample is one int);
+an actor of which nothing is known yet (no GPU, its node's workers not read) has no ring until something is.
 """
 
 from __future__ import annotations
