@@ -77,10 +77,6 @@ class ActorTrend:
         self.minute = -1
         self.offset = offset  # actors redraw their sparkline at different buckets, not all in one snapshot
 
-    def holds(self, x: int) -> bool:
-        """Whether bucket ``x`` was sampled and is still in the ring."""
-        return self.last - BUCKETS < x <= self.last and bool(self.sampled >> (x % BUCKETS) & 1)
-
     def series(self, metric: str, now_bucket: int | None = None) -> list[float | None]:
         """Oldest first, one value per bucket of the ring ending at ``now_bucket``; a bucket without a sample
         holds the value before it (None: unknown)."""

@@ -1,5 +1,5 @@
-"""Freed heap back to the OS, now and then, for the long-running views (the TUI and ``verltop watch``), and
-the garbage collector kept off what start-up made."""
+"""Freed heap back to the OS, now and then, for the long-running views (the TUI and ``verltop watch``), large
+blocks kept off the heap, and the garbage collector kept off what start-up made."""
 
 from __future__ import annotations
 
@@ -31,12 +31,7 @@ class HeapTrim:
 
 def trim_heap() -> None:
     """glibc's ``malloc_trim(0)``; nothing elsewhere."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass  # not glibc
+    _glibc("malloc_trim", 0)
 
 
 def fix_mmap_threshold() -> None:
@@ -44,10 +39,14 @@ def fix_mmap_threshold() -> None:
     32 MiB), so once a multi-MB answer has been parsed and freed, the next ones are carved out of the heap, where
     the small objects made meanwhile pin them: at 10,000 actors that held ~20 MB more (RSS over 130 s, 198 MB
     against 176 MB). Kept fixed, each large buffer is its own mapping, unmapped when freed."""
+    _glibc("mallopt", M_MMAP_THRESHOLD, MMAP_FROM_BYTES)
+
+
+def _glibc(name: str, *args: int) -> None:
     try:
         import ctypes
 
-        ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, MMAP_FROM_BYTES)
+        getattr(ctypes.CDLL("libc.so.6"), name)(*args)
     except (OSError, AttributeError):
         pass  # not glibc
 
