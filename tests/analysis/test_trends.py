@@ -156,3 +156,31 @@ def test_the_fit_and_the_series_hold_exactly_the_samples_of_the_window():
             hold = at.get(x, hold)
             want.append(hold)
         assert t.series("rss", b) == want
+
+
+def test_the_same_reading_again_is_not_a_new_sample_but_the_window_moves_on():
+    """A row that is the very object sampled before carries no new reading (a helper's RSS arrives with its
+    node's report, minutes apart on a large job): it adds nothing to the fit, the buckets after it read as its
+    value, samples still leave the fit as the window moves, and it is counted again every ``RESAMPLE_AFTER``
+    buckets so that the ring and the sparkline never run dry."""
+    from verltop.analysis.trends import RESAMPLE_AFTER
+
+    tr = Trends()
+    b0 = int(T0 // BUCKET_S)
+    for k in range(6):  # six readings climbing 10 MiB a bucket
+        tr.record([sample(rss=(1000 + 10 * k) * MIB)], (b0 + k) * BUCKET_S)
+    same = sample(rss=1100 * MIB)
+    tr.record([same], (b0 + 6) * BUCKET_S)
+    t = tr.actors["a1"]
+    for k in range(7, 7 + 30):  # the same row for 30 buckets: no new reading
+        tr.record([same], (b0 + k) * BUCKET_S)
+        assert t.fit_rss.n == 7
+    assert tr.trend("a1", (b0 + 36) * BUCKET_S).rss_mib[-31:] == (1100.0,) * 31
+    for k in range(37, BUCKETS + 10):  # the first readings leave the window, the same row stays
+        tr.record([same], (b0 + k) * BUCKET_S)
+        if k == BUCKETS + 3:  # between two samples of the same row: the oldest four left the fit all the same
+            assert t.fit_rss.n == 8 - 4
+    kept = [x for x in range(b0, b0 + BUCKETS + 10) if (t.sampled >> (x % BUCKETS)) & 1 and t.last - BUCKETS < x
+            <= t.last]
+    assert kept == [b0 + 6 + RESAMPLE_AFTER, b0 + 6 + 2 * RESAMPLE_AFTER] and t.fit_rss.n == 2  # the rest left
+    assert same.rss_growth_bytes_per_min is None and same.trend is not None and same.trend.strip()

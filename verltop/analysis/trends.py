@@ -1,8 +1,10 @@
 """Per-actor trends: a bounded ring of GPU utilisation, GPU memory, host RSS and GPU power, with memory
 high-water marks and growth rates. Pure (the caller passes the time); fed with each snapshot's rows.
 
-An actor is sampled once per bucket (``BUCKET_S``: the node agents report every 5 s anyway); a bucket with
-no sample (no snapshot was built: nothing changed) reads as the value before it. Growth is the least-squares
+An actor is sampled once per bucket (``BUCKET_S``: the node agents report every 5 s anyway) when its row
+carries a new reading: the very row object sampled before is the same reading (a helper's RSS comes with its
+node's report, minutes apart at 10,000 actors), counted again only every ``RESAMPLE_AFTER`` buckets so that
+the ring keeps it. A bucket with no sample reads as the value before it. Growth is the least-squares
 slope over the samples in the ring, kept as running sums, so a sample costs the same at any ring size and a
 snapshot between buckets only updates the high-water marks. At 1,000 actors: ~3 ms per bucket, ~1 ms per
 snapshot; everything an actor's trend holds, 2.9 KB with a GPU and 1.5 KB without (a metric's ring is made
@@ -29,6 +31,7 @@ MIB = 1024 * 1024
 _IN_MIB = frozenset({"gpu_mem", "rss"})
 NAN = float("nan")
 MIN_GROWTH_SAMPLES = 6  # and a minute apart, before a growth rate means anything
+RESAMPLE_AFTER = BUCKETS // 2  # buckets: the same reading is sampled again, so that the ring never runs dry
 BARS = "▁▂▃▄▅▆▇█"
 _ID = operator.attrgetter("actor_id")
 
@@ -60,12 +63,14 @@ class ActorTrend:
     that remainder, when bit ``x % BUCKETS`` of ``sampled`` is set; and its values (percent, MiB, MiB, watts;
     NaN = unknown; a metric without a ring has had no value yet), and its marks."""
 
-    __slots__ = ("first", "fit_gpu", "fit_rss", "growth_gpu", "growth_rss", "last", "minute", "offset", "peak_gpu",
-                 "peak_rss", "rings", "sampled", "spark")
+    __slots__ = ("first", "fit_gpu", "fit_rss", "growth_gpu", "growth_rss", "last", "low", "minute", "offset",
+                 "peak_gpu", "peak_rss", "rings", "row", "sampled", "spark")
 
     def __init__(self, bucket: int, offset: int = 0) -> None:
         self.first = bucket  # x origin of the fits (keeps the sums small)
         self.last = bucket - 1  # the newest sampled bucket
+        self.low = bucket  # the buckets before it have left the fits
+        self.row: ActorRow | None = None  # the row sampled last: the same object again is no new reading
         self.sampled = 0  # one bit per slot (not a bucket number per slot: 10,000 actors' rings, ~5 MB)
         self.rings: dict[str, array] = {}
         self.fit_gpu, self.fit_rss = _Fit(), _Fit()
@@ -136,7 +141,10 @@ class Trends:
                         continue  # nothing known of it yet (its node's workers not read): no ring (3 KB)
                     t = self.actors[a.actor_id] = ActorTrend(b, hash(a.actor_id) % (BUCKETS // SPARK_CELLS))
                 if b > t.last:
-                    _sample(t, b, a)
+                    if a is t.row and b - t.last < RESAMPLE_AFTER:
+                        _move(t, b)  # the same reading (its node's report not read since): the window moves on
+                    else:
+                        _sample(t, b, a)
                 if a.gpu_mem_bytes is not None and (t.peak_gpu is None or a.gpu_mem_bytes > t.peak_gpu):
                     t.peak_gpu = a.gpu_mem_bytes
                 if a.rss_bytes is not None and (t.peak_rss is None or a.rss_bytes > t.peak_rss):
@@ -158,18 +166,38 @@ class Trends:
         return Trend(BUCKET_S, *(tuple(t.series(m, b)) for m in METRICS))
 
 
-def _sample(t: ActorTrend, b: int, a: ActorRow) -> None:
+def _evict(t: ActorTrend, b: int) -> bool:
+    """Take the samples that leave the window at bucket ``b`` out of the fits (a gap of k buckets checks k
+    slots); whether there were any."""
     rings, last, first = t.rings, t.last, t.first
     r_gpu, r_rss = rings.get("gpu_mem"), rings.get("rss")
-    # samples that left the window leave the fit (a gap of k buckets checks k slots)
-    for x in range(max(first, last - BUCKETS + 1), b - BUCKETS + 1):
+    gone = False
+    for x in range(max(t.low, last - BUCKETS + 1), min(b - BUCKETS, last) + 1):
         i = x % BUCKETS
-        if x <= last and t.sampled >> i & 1:
+        if t.sampled >> i & 1:
             if r_gpu is not None and not math.isnan(y := r_gpu[i]):
                 t.fit_gpu.add(x - first, y, -1)
             if r_rss is not None and not math.isnan(y := r_rss[i]):
                 t.fit_rss.add(x - first, y, -1)
             t.sampled &= ~(1 << i)
+            gone = True
+    t.low = max(t.low, b - BUCKETS + 1)
+    return gone
+
+
+def _move(t: ActorTrend, b: int) -> None:
+    """A bucket with no new reading: samples leave the window, the sparkline moves on each minute."""
+    if _evict(t, b):
+        t.growth_gpu, t.growth_rss = _growth(t.fit_gpu), _growth(t.fit_rss)
+    minute = (b + t.offset) // (BUCKETS // SPARK_CELLS)
+    if minute != t.minute:
+        t.minute = minute
+        t.spark = _spark_of(t, b)
+
+
+def _sample(t: ActorTrend, b: int, a: ActorRow) -> None:
+    _evict(t, b)
+    rings, first = t.rings, t.first
     i = b % BUCKETS
     t.sampled |= 1 << i  # its bucket left the window above (b > last: b - BUCKETS is older than the window)
     for m, v in (("gpu_util", a.gpu_util_percent), ("gpu_mem", a.gpu_mem_bytes), ("rss", a.rss_bytes),
@@ -187,7 +215,7 @@ def _sample(t: ActorTrend, b: int, a: ActorRow) -> None:
             t.fit_gpu.add(b - first, y)
         elif m == "rss":
             t.fit_rss.add(b - first, y)
-    t.last = b
+    t.last, t.row = b, a
     t.growth_gpu, t.growth_rss = _growth(t.fit_gpu), _growth(t.fit_rss)
     minute = (b + t.offset) // (BUCKETS // SPARK_CELLS)
     if minute != t.minute:
