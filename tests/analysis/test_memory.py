@@ -250,3 +250,8 @@ def test_a_view_worked_out_step_by_step_equals_one_worked_out_at_the_end(monkeyp
             v = memory_view(live, steps[:n], rows, st=st)
         assert v.growth and v.growth == whole.growth
         assert v.headroom == whole.headroom and v.by_phase == whole.by_phase
+        window = {s.index for s in steps[-st.keep_steps:]}
+        for ab in live.actors.values():  # what each actor keeps is the window's steps, however long the job
+            av = ab.cache
+            for kept in (av.aggs, av.step_gen, av.step_tight, av.step_kept, av.members, av.frozen):
+                assert set(kept) <= window

@@ -237,6 +237,8 @@ class _ActorView:
         for d in (self.step_tight, self.step_kept):
             for i in [i for i in d if i not in self.aggs]:
                 del d[i]
+        for i in [i for i in self.step_gen if i not in w.bounds]:  # (a step left the window: for good)
+            del self.step_gen[i]
         if frozen and not frozen <= w.bounds.keys():
             frozen = self.frozen = {i for i in frozen if i in w.bounds}
         if self.first_step is None and self.aggs:
