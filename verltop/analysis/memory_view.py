@@ -520,6 +520,7 @@ def _by_phase(per_actor: list[tuple[ActorRow, _ActorView]], steps: list[Step], w
                 ran[run.group] = ran.get(run.group, NO_PHASES) | {run.phase}
         shown = frozenset(p for p in PHASES if i != w.running or live or w.done(i, p))
         got: list[PhaseMemory] = []
+        full = False
         for row, av in everyone:
             missing = ran.get(_group(row), NO_PHASES) if row.role not in AMBIENT_ROLES else NO_PHASES
             key = (av.step_gen.get(i, 0), av.who, missing, shown) if av is not None else (row.worker_group, row.role,
@@ -540,9 +541,9 @@ def _by_phase(per_actor: list[tuple[ActorRow, _ActorView]], steps: list[Step], w
             mine.sort(key=_phase_index)
             step_cache[row.actor_id] = (key, mine)
             got += mine
-            if len(chunks) >= 2 and total + len(got) > st.max_by_phase:
+            if full := len(chunks) >= 2 and total + len(got) > st.max_by_phase:
                 break  # this step does not fit: no need to look at its other actors
-        if len(chunks) >= 2 and total + len(got) > st.max_by_phase:
+        if full:
             break
         seen.append(i)
         chunks.append(got)

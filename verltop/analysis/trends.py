@@ -189,10 +189,7 @@ def _move(t: ActorTrend, b: int) -> None:
     """A bucket with no new reading: samples leave the window, the sparkline moves on each minute."""
     if _evict(t, b):
         t.growth_gpu, t.growth_rss = _growth(t.fit_gpu), _growth(t.fit_rss)
-    minute = (b + t.offset) // (BUCKETS // SPARK_CELLS)
-    if minute != t.minute:
-        t.minute = minute
-        t.spark = _spark_of(t, b)
+    _redraw(t, b)
 
 
 def _sample(t: ActorTrend, b: int, a: ActorRow) -> None:
@@ -217,6 +214,11 @@ def _sample(t: ActorTrend, b: int, a: ActorRow) -> None:
             t.fit_rss.add(b - first, y)
     t.last, t.row = b, a
     t.growth_gpu, t.growth_rss = _growth(t.fit_gpu), _growth(t.fit_rss)
+    _redraw(t, b)
+
+
+def _redraw(t: ActorTrend, b: int) -> None:
+    """The sparkline, once a minute (actors at different buckets: ``offset``)."""
     minute = (b + t.offset) // (BUCKETS // SPARK_CELLS)
     if minute != t.minute:
         t.minute = minute
