@@ -49,8 +49,7 @@ SLACK_S = 0.5
 FREEZE_AFTER = 2  # steps: older ones keep their entries, not their episodes (their bounds no longer move)
 # roles whose memory is booked under the job's running phase: they have no phase of their own
 AMBIENT_ROLES = frozenset({"controller", "rollout_server", "agent_loop", "reward_loop", "other"})
-NO_STEPS: frozenset[int] = frozenset()
-NO_PHASES: frozenset[str] = frozenset()  # one object: every helper's cache key names it (``frozenset()`` is new each call)
+EMPTY: frozenset = frozenset()  # one empty set for every helper's cache key and frozen steps (``frozenset()`` is new)
 TRAINER_PHASES = frozenset({"old_log_prob", "ref", "values", "update_critic", "update_actor", "weight_sync", "save"})
 
 
@@ -180,7 +179,7 @@ class _ActorView:
         self.step_tight: dict[int, dict[str, tuple]] = {}  # the same, per step
         self.step_kept: dict[int, tuple] = {}  # per step: what its entries kept (``_series``), and from what
         self.who: tuple | None = None
-        self.frozen: AbstractSet[int] = NO_STEPS  # a set of its own once a step freezes
+        self.frozen: AbstractSet[int] = EMPTY  # a set of its own once a step freezes
         self.seen = -1  # the book's version of the actor when last refreshed
         self.gen = 0  # bumped whenever an entry changes
         self.hr: tuple | None = None  # (key, [(sort key, headroom row)])
@@ -191,7 +190,7 @@ class _ActorView:
             ab.reset = False
             self.bounds, self.members, self.where, self.aggs, self.step_tight = {}, {}, {}, {}, {}
             self.step_kept = {}
-            self.frozen = NO_STEPS
+            self.frozen = EMPTY
             ab.touched = set(ab.eps)
         if ab.version == self.seen and not ab.touched and (self.bounds is w.bounds or self.bounds == w.bounds):
             return set()  # nothing booked, no step moved
@@ -517,12 +516,12 @@ def _by_phase(per_actor: list[tuple[ActorRow, _ActorView]], steps: list[Step], w
         ran: dict[str, frozenset[str]] = {}
         for run in s.runs:
             if run.phase != "other" and (i != w.running or live or w.done(i, run.phase)):
-                ran[run.group] = ran.get(run.group, NO_PHASES) | {run.phase}
+                ran[run.group] = ran.get(run.group, EMPTY) | {run.phase}
         shown = frozenset(p for p in PHASES if i != w.running or live or w.done(i, p))
         got: list[PhaseMemory] = []
         full = False
         for row, av in everyone:
-            missing = ran.get(_group(row), NO_PHASES) if row.role not in AMBIENT_ROLES else NO_PHASES
+            missing = ran.get(_group(row), EMPTY) if row.role not in AMBIENT_ROLES else EMPTY
             key = (av.step_gen.get(i, 0), av.who, missing, shown) if av is not None else (row.worker_group, row.role,
                                                                                        row.rank, missing, shown)
             hit = step_cache.get(row.actor_id)
