@@ -445,7 +445,7 @@ def _tui(args: argparse.Namespace, demo: Any = None) -> int:
         except OSError as e:
             raise UserError(str(e)) from None
     logsetup.to_file(args.log_file)
-    app = VerltopApp(mon, demo=demo)
+    app = VerltopApp(mon, demo=demo, memory_phases=recorder is not None)
     try:
         app.run()
     finally:

@@ -3,7 +3,7 @@ objects of the actors that did not change, so that the rows and caches keyed on 
 
 from __future__ import annotations
 
-from tests.fakeray import FakeCluster, FakeDashboard
+from tests.fakeray import FakeClock, FakeCluster, FakeDashboard
 from verltop.engine.monitor import Intervals, Monitor
 from verltop.sources.config import Endpoint
 
@@ -25,3 +25,28 @@ async def test_a_detail_read_keeps_the_unchanged_actors_objects_and_renews_the_c
     assert after[dead.actor_id].death_cause  # read from the detail rows, not the cheap state rows
     kept = [aid for aid in after if aid != dead.actor_id and after[aid] is before[aid]]
     assert len(kept) == len(after) - 1, [aid for aid in after if after[aid] is not before[aid]]
+
+
+async def test_a_node_report_read_again_is_neither_parsed_nor_booked_again():
+    # the agent reports every 5 s and the dashboard caches 2 s: a node on screen is read every poll, and about
+    # half the reads are the report read before; its node object stands, so that the rows on it stand too
+    clk = FakeClock()
+    c = FakeCluster(nodes=2, gpus_per_node=2, seed=4, clock=clk)
+    async with FakeDashboard(c) as fd:
+        mon = Monitor(Endpoint(fd.url, "--address", None, None), Intervals(timeout_s=5.0), use_local=False)
+        fed: list[str] = []
+        feed = mon.memory.feed_node
+        mon.memory.feed_node = lambda node, *a, **kw: (fed.append(node.node_id), feed(node, *a, **kw))[1]
+        try:
+            await mon.poll_once(seed=True)
+            first, booked = dict(mon.node_details), list(fed)
+            await mon._poll_node_details(all_nodes=True)
+            again, booked_again = dict(mon.node_details), list(fed)
+            clk.advance(6.0)  # the next report
+            await mon._poll_node_details(all_nodes=True)
+            later = dict(mon.node_details)
+        finally:
+            await mon.stop()
+    assert len(first) == 2 and sorted(booked) == sorted(first)
+    assert all(again[n] is first[n] for n in first) and booked_again == booked
+    assert all(later[n] is not first[n] for n in first) and len(fed) == len(booked) + 2

@@ -39,8 +39,16 @@ async def test_each_ranks_peak_in_its_phase_from_the_node_reports():
         try:
             snap = await wait_until_async(done_step, 40, "a finished step's update_actor booked for 4 ranks", step=0.5,
                                           detail=lambda: seen[0] and seen[0].memory and seen[0].memory.by_phase[-8:])
+            mon.show_memory_phases(False)  # no view shows them (the TUI's main screen)
+            off = (await mon.publish_now()).memory
+            cached = dict(mon.memory.book.row_cache)
+            mon.show_memory_phases(True)
+            on = (await mon.publish_now()).memory
         finally:
             await mon.stop()
+    assert off.by_phase == () and off.by_phase_skipped and not cached  # and the rows it kept for them let go
+    assert {(h.actor_id, h.kind) for h in off.headroom} == {(h.actor_id, h.kind) for h in snap.memory.headroom}
+    assert on.by_phase and not on.by_phase_skipped
     m = snap.memory
     done = {s.index for s in snap.steps if not s.running}
     ua = [p for p in m.by_phase if p.phase == "update_actor" and p.step in done and p.samples >= 2
@@ -141,6 +149,14 @@ def test_a_costly_view_stands_for_its_share_of_time_and_a_cheap_one_is_worked_ou
                      actors)
         return w.view(steps, rows)
 
+    # a view without the phases does not stand for one that asks for them
+    w = MemoryWatch(threshold=0.95, view_share=1e-9, costly_s=0.0)
+    gpus = (Gpu(0, "H100", 90.0, None, 80 * GIB, processes=((100, 20 * GIB, None),)),)
+    w.feed_local(LocalSample(10.5, {100: ProcStat(100, 1.0, 4 * GIB)}, gpus, None, None), actors.values(), task, actors)
+    off = w.view(steps, rows, phases=False)
+    assert off.by_phase == () and off.by_phase_skipped and w.view(steps, rows, phases=False) is off
+    on = w.view(steps, rows)
+    assert on is not off and on.by_phase and w.view(steps, rows, phases=False) is on
     for costly_s, share, stands in ((0.0, 1e-9, True), (VIEW_CPU_SHARE, VIEW_CPU_SHARE, False)):
         w = MemoryWatch(threshold=0.95, view_share=share, costly_s=costly_s)
         first = peak_after(w, 10.5, 20)

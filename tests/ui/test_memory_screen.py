@@ -166,3 +166,53 @@ async def test_object_store_read_on_demand_only():
         assert t.cursor_row == 1 and t.row_count == 3
         await pilot.press("escape")
         assert pilot.app.screen.__class__.__name__ == "MemoryScreen"
+
+
+class Phases(WithObjects):
+    """A live engine that publishes the memory by phase only while a view asks for it, as the Monitor does."""
+
+    def __init__(self, snap: Snapshot) -> None:
+        super().__init__(snap)
+        self.asked_phases: list[bool] = []
+        self.full = snap
+
+    def show_memory_phases(self, on: bool) -> None:
+        self.asked_phases.append(on)
+        m = self.full.memory
+        self.snap = replace(self.full, memory=m if on else replace(m, by_phase=(), by_phase_skipped=True))
+        if self.latest is not None:
+            self._publish(self.snap)
+
+
+async def test_the_memory_by_phase_is_worked_out_while_its_screen_is_open():
+    from verltop.ui.widgets.memory_table import MemoryTable
+
+    eng = Phases(memory_snapshot())
+    app = VerltopApp(eng)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await wait_until_async(lambda: eng.asked_phases, 10, "the main screen's word on phases", step=0.05)
+        assert eng.asked_phases == [False]  # the main screen shows none
+        await wait_until_async(lambda: pilot.app.snapshot is not None and pilot.app.snapshot.memory.by_phase_skipped,
+                               10, "a snapshot without phases shown", step=0.05)
+        await _open(pilot, "m", "MemoryScreen")
+        assert eng.asked_phases == [False, True]
+        t = pilot.app.screen.query_one(MemoryTable)
+        await wait_until_async(lambda: t.row_count == 16, 10, "the phases' rows", step=0.05)
+        await pilot.press("escape")
+        await wait_until_async(lambda: eng.asked_phases[-1] is False, 10, "phases off again", step=0.05)
+    # a recording of the session keeps every snapshot's phases: the app asks for them throughout
+    eng = Phases(memory_snapshot())
+    async with VerltopApp(eng, memory_phases=True).run_test(size=(80, 24)) as pilot:
+        await _open(pilot, "m", "MemoryScreen")
+        await pilot.press("escape")
+        await wait_until_async(lambda: len(eng.asked_phases) == 3, 10, "three words on phases", step=0.05)
+    assert eng.asked_phases == [True, True, True]
+
+
+async def test_the_memory_screen_says_the_phases_are_being_worked_out():
+    snap = memory_snapshot()
+    skipped = replace(snap, memory=replace(snap.memory, by_phase=(), by_phase_skipped=True))
+    app = VerltopApp(WithObjects(skipped))
+    async with app.run_test(size=(200, 50)) as pilot:
+        await _open(pilot, "m", "MemoryScreen")
+        assert "working out each phase's memory" in pilot.app.screen.header(True).plain

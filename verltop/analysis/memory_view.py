@@ -383,9 +383,10 @@ def _join_tight(a: dict[str, tuple], b: dict[str, tuple]) -> dict[str, tuple]:
 
 def memory_view(book: MemoryBook, steps: Sequence[Step], rows: Iterable[ActorRow],
                 rollout: Mapping[str, RolloutLoad] | None = None, st: MemorySettings | None = None,
-                verl_peaks: tuple[tuple[str, float], ...] = ()) -> MemoryView:
+                verl_peaks: tuple[tuple[str, float], ...] = (), phases: bool = True) -> MemoryView:
     """The view of the book at the timeline's ``steps`` (oldest first), for the actors in ``rows``. Works out
-    only what changed since the last view of the same book (per actor, per step)."""
+    only what changed since the last view of the same book (per actor, per step); ``by_phase`` only with
+    ``phases`` (its rows are the costliest part at thousands of actors, and only the memory screen shows them)."""
     st = st or MemorySettings()
     steps = list(steps)[-st.keep_steps:]
     if not steps:
@@ -451,21 +452,17 @@ def memory_view(book: MemoryBook, steps: Sequence[Step], rows: Iterable[ActorRow
             av.hr = (key, [(headroom_order(h.worker_group, h.rank, h.actor_id, h.kind), h) for h in hr])
         headroom += av.hr[1]
     headroom.sort(key=_FIRST)
-    by_phase = _by_phase(per_actor, steps, w, rows, st, book.row_cache)
+    if not phases:
+        book.row_cache.clear()
+    by_phase = _by_phase(per_actor, steps, w, rows, st, book.row_cache) if phases else ()
     holds = _holds(per_actor, rows, rollout or {})
     growth.sort(key=lambda g: growth_order(g.bytes_per_step, g.actor_id, g.phase, g.kind))
     return MemoryView(by_phase=tuple(by_phase), growth=tuple(growth), headroom=tuple(map(_SECOND, headroom)),
-                      engine_holds=tuple(holds), verl_peaks=verl_peaks)
+                      engine_holds=tuple(holds), verl_peaks=verl_peaks, by_phase_skipped=not phases)
 
 
 def _group(row: ActorRow) -> str:
     return row.worker_group or R.short_class(row.class_name)
-
-
-def _limits(aggs: list[_Agg]) -> dict[str, int | None]:
-    g = [a.g_lim for a in aggs if a.g_lim is not None]
-    h = [a.h_lim for a in aggs if a.h_lim is not None]
-    return {"gpu": min(g) if g else None, "host": min(h) if h else None}
 
 
 def _headroom(row: ActorRow, tight: dict[str, tuple], rate_of: dict[tuple[str, str], float]) -> list[Headroom]:

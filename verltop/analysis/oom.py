@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from itertools import compress
 from typing import TYPE_CHECKING
@@ -175,6 +175,11 @@ _GONE = ("DEAD", "RESTARTING")
 _STATE = operator.attrgetter("state")
 
 
+def gone_rows(rows: Sequence[ActorRow]) -> list[ActorRow]:
+    """The dead or restarting rows, picked in C (10,000 rows, a few dead)."""
+    return list(compress(rows, map(_GONE.__contains__, map(_STATE, rows))))
+
+
 def from_death(row: ActorRow, death: Death | None = None, headroom_free: dict[str, float] | None = None,
                headroom_kind: dict[str, str] | None = None, method: str | None = None,
                at: float | None = None) -> OomVerdict | None:
@@ -284,10 +289,18 @@ def verdicts(calls: Iterable[FailedCall], rows: Iterable[ActorRow], steps: tuple
     dead ``rows`` (``deaths``: classified causes where the worker log was read; ``died_at``: when each was seen
     dead; ``last_method``: the call each ran last), placed in the ``steps`` and given their lead-up from
     ``memory``. One verdict per rank and call: a call that failed and then the process died is one OOM."""
-    by_id = {a.actor_id: a for a in rows}
+    rows = rows if isinstance(rows, (list, tuple)) else list(rows)
+    calls = list(calls)
+    by_id = {a.actor_id: a for a in rows} if calls else {}
+    # only a dead or restarting rank has a death to judge (picked in C: 10,000 rows, a few dead), and only its
+    # headroom is looked at
+    gone = gone_rows(rows)
+    gone_ids = {a.actor_id for a in gone}
     free: dict[str, float] = {}
     hkind: dict[str, str] = {}
-    for h in memory.headroom if memory is not None else ():
+    for h in memory.headroom if memory is not None and gone else ():
+        if h.actor_id not in gone_ids:
+            continue
         f = h.free_fraction
         if f is not None and (h.actor_id not in free or f < free[h.actor_id]):
             free[h.actor_id], hkind[h.actor_id] = f, h.kind
@@ -297,9 +310,7 @@ def verdicts(calls: Iterable[FailedCall], rows: Iterable[ActorRow], steps: tuple
         if v is not None:
             out.append((v, c.start_s))
     seen = {v.actor_id for v, _ in out}
-    rows_now = list(by_id.values())
-    # only a dead or restarting rank has a death to judge (picked in C: 10,000 rows, a few dead)
-    for a in compress(rows_now, map(_GONE.__contains__, map(_STATE, rows_now))):
+    for a in gone:
         if a.actor_id in seen:
             continue
         v = from_death(a, (deaths or {}).get(a.actor_id), free, hkind, (last_method or {}).get(a.actor_id),

@@ -85,6 +85,11 @@ class Engine(ABC):
     def set_focus(self, node_ids: Iterable[str]) -> None:  # noqa: B027 - optional hint
         """The nodes whose rows a view shows (top first): their per-process figures are read first."""
 
+    def show_memory_phases(self, on: bool) -> None:  # noqa: B027 - optional hint
+        """Whether a view shows the memory by phase (``MemoryView.by_phase``): a live view that shows none
+        (the TUI's main screen) leaves it out, the costliest part of the memory view at thousands of actors.
+        Snapshots have it by default."""
+
     def want_processes(self, node_ids: Iterable[str]) -> list[str]:
         """Read the process trees of these nodes too (other nodes are not read until asked). Returns the
         nodes that will be read now; an engine that cannot read processes returns none."""

@@ -182,13 +182,14 @@ class MemoryWatch:
             return self.book.add(at, samples)
 
     def view(self, steps: tuple[Step, ...], rows: Iterable[ActorRow], rollout: Iterable[RolloutLoad] = (),
-             verl_peaks: tuple[tuple[str, float], ...] = ()) -> MemoryView:
-        """The memory view as booked now. On a job where a view is costly (``costly_s`` of CPU: thousands of
-        actors) the last one stands until its cost is ``view_share`` of the time since: at 10,000 actors a view
-        took ~90 ms, a third of the refresh, for figures that come every 5 s from each node (minutes apart for
-        the helpers' nodes). Samples are booked as they come either way."""
+             verl_peaks: tuple[tuple[str, float], ...] = (), phases: bool = True) -> MemoryView:
+        """The memory view as booked now (``by_phase`` only with ``phases``). On a job where a view is costly
+        (``costly_s`` of CPU: thousands of actors) the last one stands until its cost is ``view_share`` of the
+        time since: at 10,000 actors a view took ~90 ms, a third of the refresh, for figures that come every
+        5 s from each node (minutes apart for the helpers' nodes). Samples are booked as they come either way."""
         last = self._last_view
-        if last is not None and last[2] >= self.costly_s and time.monotonic() - last[1] < last[2] / self.view_share:
+        if (last is not None and last[2] >= self.costly_s and time.monotonic() - last[1] < last[2] / self.view_share
+                and not (phases and last[0].by_phase_skipped)):
             return last[0]
         rows = list(rows)
         c0 = time.thread_time()
@@ -197,7 +198,8 @@ class MemoryWatch:
             if kept:
                 self.book.drop_before(kept[0].started_at - 60.0)
             self.book.retain(map(_ID, rows))
-            v = memory_view(self.book, steps, rows, {x.actor_id: x for x in rollout}, self.settings, verl_peaks)
+            v = memory_view(self.book, steps, rows, {x.actor_id: x for x in rollout}, self.settings, verl_peaks,
+                            phases)
         self._last_view = (v, time.monotonic(), time.thread_time() - c0)
         return v
 

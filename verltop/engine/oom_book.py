@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from verltop.analysis import roles as R
 from verltop.analysis.deaths import classify
 from verltop.analysis.history import TaskHistory
-from verltop.analysis.oom import LEAD_UP_STEPS, oom_kind, verdicts
+from verltop.analysis.oom import LEAD_UP_STEPS, gone_rows, oom_kind, verdicts
 from verltop.model import ActorRow, RawActor, Step
 from verltop.model.memory import MemoryView, OomVerdict, PhaseMemory
 
@@ -63,9 +63,8 @@ class OomBook:
         """``memory`` with its ``oom`` verdicts; a view of its own when there is no memory book but a verdict.
         ``lead_up(row, phase)``: the rank's entries in that phase as the book has them now (the view may show
         fewer steps of a large job)."""
-        for a in actors:
-            if a.state in ("DEAD", "RESTARTING"):
-                self.died_at.setdefault(a.actor_id, now)
+        for a in gone_rows(actors):
+            self.died_at.setdefault(a.actor_id, now)
         if len(self.died_at) > MAX_DEAD:
             listed = {a.actor_id for a in actors}
             self.died_at = {k: v for k, v in self.died_at.items() if k in listed}

@@ -147,6 +147,7 @@ class PollState(Engine):
         self._hist_free.set()
         self._dirty = asyncio.Event()  # a poll brought something new
         self._dirty.set()
+        self.memory_phases = True  # work out the memory view's by_phase (``show_memory_phases``)
         self._last_build = 0.0
         self.snapshots_built = 0
         self.last_build_ms = 0.0

@@ -8,6 +8,7 @@ import operator
 from dataclasses import replace
 from typing import Any
 
+from verltop.analysis.oom import gone_rows
 from verltop.analysis.slow_ranks import slow_ranks
 from verltop.analysis.snapshot_build import ClusterData, build_snapshot
 from verltop.engine.memory_book import verl_peaks
@@ -84,11 +85,18 @@ class SnapshotBuilding(PollState):
         training = self.training_view()
         rollout = self.rollout.view(map(_ID, snap.actors))
         peaks = verl_peaks(training.metrics, training.last_step) if training is not None else ()
+        # by phase where a view shows it, or an OOM verdict's peers are read from it
+        phases = self.memory_phases or bool(self.hist.ooms) or bool(gone_rows(snap.actors))
+        memory = self.memory.view(steps, snap.actors, rollout, peaks, phases)
         return replace(snap, steps=steps, work=self.work.summary(self.waiting, actors, snap.actors),
                        training=training, slow_ranks=slow_ranks(steps, snap.actors), rollout=rollout,
-                       memory=self.oom_book.view(self.memory.view(steps, snap.actors, rollout, peaks), snap.actors,
-                                                 self.hist, steps, now,
+                       memory=self.oom_book.view(memory, snap.actors, self.hist, steps, now,
                                                  lambda row, phase: self.memory.lead_up(steps, row, phase)))
+
+    def show_memory_phases(self, on: bool) -> None:
+        if on and not self.memory_phases:
+            self._dirty.set()  # the screen that shows them waits for the next build
+        self.memory_phases = on
 
     def training_view(self) -> TrainingView | None:
         """verl's metrics as read so far (the metrics poller overrides this)."""

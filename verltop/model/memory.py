@@ -127,3 +127,5 @@ class MemoryView:
     oom: tuple[OomVerdict, ...] = ()
     verl_peaks: tuple[tuple[str, float], ...] = ()
     note: str | None = None
+    # by_phase was not worked out: no view showed it (the TUI's main screen; ``Engine.show_memory_phases``)
+    by_phase_skipped: bool = False

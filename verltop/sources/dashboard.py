@@ -66,28 +66,32 @@ def complete(r: Result) -> bool:
 async def _get_parsed(
     client: DashboardClient, path: str, params: list[tuple[str, str]] | None, timeout_s: float,
     parser: Callable[[Any, float], tuple[Any, str | None]], memo_key: str | None = None,
-    decode: Callable[[bytes], Any] = parse.loads,
+    decode: Callable[[bytes], Any] = parse.loads, digest: bool = False,
 ) -> Result:
     """GET ``path``, parse its JSON with ``parser(doc, now) -> (value, note)``; one-line errors.
 
     With ``memo_key``, an answer byte-for-byte equal to the previous one is not parsed again (a running
     job's task list stays the same for as long as a phase lasts; memcmp is far cheaper than 1,000 rows).
+    ``digest``: keep the answer's length and hash rather than the answer (one key per node: 128 nodes'
+    reports of ~0.6 MB each would be kept otherwise).
     """
     reply = await client.get(path, params, timeout_s)
     now = time.time()
     if not reply.ok:
         return _fail(reply, now)
-    if memo_key is not None:
+    mark: Any = None
+    if memo_key is not None and reply.body is not None:
+        mark = (len(reply.body), hash(reply.body)) if digest else reply.body
         last = client.memo.get(memo_key)
-        if last is not None and reply.body is not None and last[0] == reply.body:
+        if last is not None and last[0] == mark:
             value, note = last[1]  # type: ignore[misc]
             return Result(value, None, now, reply.elapsed_s, note, unchanged=True)
     try:
         value, note = parser(decode(reply.body or b""), now)
     except parse.ParseError as e:
         return Result(None, Problem("bad_answer", str(e)), now, reply.elapsed_s)
-    if memo_key is not None and reply.body is not None:
-        client.memo[memo_key] = (reply.body, (value, note))
+    if mark is not None:
+        client.memo[memo_key] = (mark, (value, note))  # type: ignore[index]
     return Result(value, None, now, reply.elapsed_s, note)
 
 
@@ -224,13 +228,17 @@ async def fetch_nodes_summary(client: DashboardClient, timeout_s: float = 10.0) 
 
 
 async def fetch_node_detail(client: DashboardClient, node_id: str, timeout_s: float = 10.0) -> Result[Node]:
+    """One node's report with its workers. The agent reports every 5 s and the dashboard caches answers 2 s:
+    a node on screen, read every poll, is the same report about half the time; then the last node object
+    stands (``unchanged``: its ``stats_age_s`` is as of the first read)."""
     def p(doc: Any, now: float) -> tuple[Any, str | None]:
         node = parse.node_detail(doc, now)
         if node is None:
             raise parse.ParseError("node detail without a node id")
         return node, None
 
-    return await _get_parsed(client, *reads.node_detail(node_id), timeout_s, p)
+    return await _get_parsed(client, *reads.node_detail(node_id), timeout_s, p, memo_key=f"node:{node_id}",
+                             digest=True)
 
 
 async def fetch_unplaced_placement_groups(client: DashboardClient, timeout_s: float = 10.0

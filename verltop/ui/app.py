@@ -25,10 +25,13 @@ class VerltopApp(App):
     ENABLE_COMMAND_PALETTE = False
     BINDINGS = [Binding("ctrl+c", "quit", "Quit", show=False, id="quit-ctrl-c")]
 
-    def __init__(self, engine: Engine, demo: Any = None, autostart: bool = True) -> None:
-        """``engine``: a live ``Monitor`` or a recording; ``demo``: the demo's handle (the H key)."""
+    def __init__(self, engine: Engine, demo: Any = None, autostart: bool = True, memory_phases: bool = False) -> None:
+        """``engine``: a live ``Monitor`` or a recording; ``demo``: the demo's handle (the H key);
+        ``memory_phases``: every snapshot with the memory by phase (a recording of the session keeps them),
+        not only while the memory screen is open."""
         super().__init__()
         self.engine = engine
+        self.memory_phases = memory_phases
         self.clock = engine.clock
         self.demo = demo
         self.snapshot: Snapshot | None = None
@@ -58,6 +61,7 @@ class VerltopApp(App):
         from verltop.ui.screens.main import MainScreen
 
         if self.engine.live:
+            self.engine.show_memory_phases(self.memory_phases)
             self.push_screen(MainScreen())
         else:
             from verltop.ui.screens.replay import ReplayScreen

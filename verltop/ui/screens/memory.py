@@ -32,6 +32,7 @@ class MemoryScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
+        self.app.engine.show_memory_phases(True)  # type: ignore[attr-defined]
         self.query_one(MemoryTable).focus()
         if self.app.snapshot is not None:
             self.show_snapshot(self.app.snapshot)
@@ -58,7 +59,8 @@ class MemoryScreen(Screen):
         v = self.snap.memory if self.snap is not None else None
         t = Text("MEMORY", style="bold")
         if v is None or not v.by_phase:
-            t.append("  no phase measured yet", style="grey70")
+            t.append("  working out each phase's memory…" if v is not None and v.by_phase_skipped
+                     else "  no phase measured yet", style="grey70")
             return t
         rows = memory_rows(v.by_phase)
         ranks = len({p.actor_id for p in v.by_phase})
@@ -77,6 +79,10 @@ class MemoryScreen(Screen):
 
     def on_resize(self) -> None:
         self.redraw()
+
+    def on_unmount(self) -> None:
+        app = self.app
+        app.engine.show_memory_phases(app.memory_phases)  # type: ignore[attr-defined]
 
     def action_object_store(self) -> None:
         from verltop.ui.screens.object_store import ObjectStoreScreen
