@@ -184,3 +184,61 @@ def test_the_same_reading_again_is_not_a_new_sample_but_the_window_moves_on():
             <= t.last]
     assert kept == [b0 + 6 + RESAMPLE_AFTER, b0 + 6 + 2 * RESAMPLE_AFTER] and t.fit_rss.n == 2  # the rest left
     assert same.rss_growth_bytes_per_min is None and same.trend is not None and same.trend.strip()
+
+
+def test_rows_looked_at_only_when_due_match_rows_looked_at_every_build():
+    """A row that stays the same object is looked at again only at the bucket where it changes something (a
+    sample leaves the window, the sparkline moves on, the reading is counted again), not every bucket: random
+    builds (rows kept, renewed, changed, dead, gone, unknown; gaps) give the same marks, fits, rings and
+    sparklines as a store that looks at every row every build."""
+    import random
+    from dataclasses import replace
+
+    rnd = random.Random(11)
+    lazy, every = Trends(), Trends()
+    twins: dict[int, object] = {}  # a row of the lazy store → its copy for the other (the same object: the same copy)
+
+    def twin(r):
+        if id(r) not in twins:
+            twins[id(r)] = (r, replace(r))
+        return twins[id(r)][1]
+
+    ids = [f"a{i}" for i in range(8)]
+    cur = {aid: sample(aid, rss=1000 * MIB) for aid in ids}
+    t = T0
+    for step in range(3000):
+        t += rnd.choice((2.0, 2.0, 2.0, 0.5, 5.0, 11.0)) if rnd.random() > 0.003 else BUCKETS * BUCKET_S * 1.3
+        for k, aid in enumerate(ids):
+            move = rnd.random()
+            r = cur[aid]
+            if move < 0.75 or (k >= 4 and rnd.random() < 0.99):
+                continue  # the same object (its node's report not read since; on half of them for minutes)
+            if move < 0.85:
+                cur[aid] = replace(r)  # a new object, the same reading
+            elif move < 0.97:
+                cur[aid] = sample(aid, rss=rnd.randrange(900, 1200) * MIB,
+                                  gpu=rnd.choice((None, rnd.randrange(1, 80) * 1024 * MIB)), util=rnd.random() * 100)
+            elif move < 0.98:
+                cur[aid] = sample(aid, rss=r.rss_bytes, state="DEAD")
+            elif move < 0.99:
+                cur[aid] = sample(aid)  # nothing known of it
+            else:
+                cur[aid] = sample(aid, rss=500 * MIB)
+        rows = [cur[aid] for aid in ids if not (step % 97 == 5 and aid == "a3")]  # a3 gone now and then
+        lazy.record(rows, t)
+        every._done.clear()
+        every._wake.clear()
+        every.record([twin(r) for r in rows], t)
+        for r in rows:
+            w = twin(r)
+            marks = lambda x: (x.gpu_mem_peak_bytes, x.rss_peak_bytes, x.trend, x.gpu_mem_growth_bytes_per_min,  # noqa: E731
+                               x.rss_growth_bytes_per_min)
+            assert marks(r) == marks(w), f"step {step}: {r.actor_id}"
+        assert lazy.actors.keys() == every.actors.keys()
+        for aid, x in lazy.actors.items():
+            y = every.actors[aid]
+            assert (x.sampled, x.last, x.spark, x.fit_rss.n, x.fit_gpu.n) == (y.sampled, y.last, y.spark, y.fit_rss.n,
+                                                                               y.fit_gpu.n), f"step {step}: {aid}"
+            assert x.fit_rss.sy == pytest.approx(y.fit_rss.sy) and x.fit_gpu.sxy == pytest.approx(y.fit_gpu.sxy)
+            assert lazy.trend(aid, t) == every.trend(aid, t)
+        assert len(lazy._done) <= len(ids) and sum(map(len, lazy._wake.values())) <= 3 * len(ids)

@@ -50,3 +50,11 @@ async def test_a_node_report_read_again_is_neither_parsed_nor_booked_again():
     assert len(first) == 2 and sorted(booked) == sorted(first)
     assert all(again[n] is first[n] for n in first) and booked_again == booked
     assert all(later[n] is not first[n] for n in first) and len(fed) == len(booked) + 2
+
+
+def test_the_detail_rows_safety_net_is_read_less_often_on_large_jobs():
+    from verltop.engine.poll_actors import refresh_s
+    from verltop.engine.polling import DETAIL_REFRESH_S
+
+    assert refresh_s(0) == refresh_s(1000) == DETAIL_REFRESH_S
+    assert refresh_s(10_000) == 10 * DETAIL_REFRESH_S  # a 7 MB read every 5 minutes, not every 30 s

@@ -54,6 +54,7 @@ class TaskHistory:
     failed_ids: OrderedDict[str, tuple[str, str, FinishedRun]] = field(default_factory=OrderedDict)  # (group, method, run)
     # calls that failed with an OOM (torch's OutOfMemoryError, Ray's memory monitor), by task id, oldest first
     ooms: OrderedDict[str, FailedCall] = field(default_factory=OrderedDict)
+    methods_gen: int = 0  # bumped when an actor's set of methods changes (a build's roles stand while it holds)
 
     def observe(
         self,
@@ -81,6 +82,8 @@ class TaskHistory:
 
     def remember_method(self, actor_id: str, method: str) -> None:
         ms = self.methods_by_actor.setdefault(actor_id, OrderedDict())
+        if method not in ms:
+            self.methods_gen += 1
         ms[method] = None
         ms.move_to_end(method)
         while len(ms) > MAX_ACTOR_METHODS:
@@ -144,6 +147,7 @@ class TaskHistory:
     def forget_actors(self, alive: set[str]) -> None:
         """Drop per-actor memory of actors no longer listed (bounded across restarts of the job)."""
         for aid in [a for a in self.methods_by_actor if a not in alive]:
+            self.methods_gen += 1
             self.methods_by_actor.pop(aid, None)
             self.last_method.pop(aid, None)
 

@@ -124,6 +124,7 @@ class BuildMemo:
     pos: dict[str, int] = field(default_factory=dict)  # actor id → its index in ``actors``
     idents: dict[str, tuple[R.Identity, str]] = field(default_factory=dict)
     group_roles: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    roles_key: tuple | None = None  # (history, its methods' generation, identities) the roles were worked out of
     inputs: tuple[list, list, list] = ([], [], [])
     quiet: list = field(default_factory=list)
 
@@ -218,14 +219,18 @@ def build_snapshot(
             else:
                 ident = R.identity(a)
                 idents[a.actor_id] = (ident, group_key(ident, a.class_name))
-    group_methods: dict[str, list] = {}
-    for aid, ms in hist.methods_by_actor.items():
-        ig = idents.get(aid)
-        if ms and ig is not None:
-            group_methods.setdefault(ig[1], []).append(ms)
-
-    # one union per group, in C (a thousand ranks' method lists are mostly the same few names)
-    group_roles = {g: R.roles_from_methods(set().union(*mss)) for g, mss in group_methods.items()}
+    # the last build's roles while the actors' identities and their methods are the same
+    last_roles = memo.roles_key if memo is not None else None
+    if last_roles is not None and last_roles[0] is hist and last_roles[1] == hist.methods_gen and last_roles[2] is idents:
+        group_roles = memo.group_roles
+    else:
+        group_methods: dict[str, list] = {}
+        for aid, ms in hist.methods_by_actor.items():
+            ig = idents.get(aid)
+            if ms and ig is not None:
+                group_methods.setdefault(ig[1], []).append(ms)
+        # one union per group, in C (a thousand ranks' method lists are mostly the same few names)
+        group_roles = {g: R.roles_from_methods(set().union(*mss)) for g, mss in group_methods.items()}
     if same_actors and group_roles != memo.group_roles:
         same_actors = False  # a group's roles changed: every rank of it shows them
     pending = build_pending(data.pending, actors, data.nodes, now)
@@ -389,6 +394,7 @@ def build_snapshot(
     if memo is not None and kept is not None:
         memo.rows, memo.actors, memo.local, memo.pos = kept, actors, data.local_node_ids, pos
         memo.idents, memo.group_roles, memo.inputs, memo.quiet = idents, group_roles, (node_ins, lms, atts), quiet
+        memo.roles_key = (hist, hist.methods_gen, idents)
     if data.ras is not None:
         from verltop.analysis import ras as RAS  # its model loads with RAS's first answer
 

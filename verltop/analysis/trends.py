@@ -63,8 +63,8 @@ class ActorTrend:
     that remainder, when bit ``x % BUCKETS`` of ``sampled`` is set; and its values (percent, MiB, MiB, watts;
     NaN = unknown; a metric without a ring has had no value yet), and its marks."""
 
-    __slots__ = ("first", "fit_gpu", "fit_rss", "growth_gpu", "growth_rss", "last", "low", "minute", "offset",
-                 "peak_gpu", "peak_rss", "rings", "row", "sampled", "spark")
+    __slots__ = ("due", "first", "fit_gpu", "fit_rss", "growth_gpu", "growth_rss", "last", "low", "minute",
+                 "offset", "peak_gpu", "peak_rss", "rings", "row", "sampled", "spark")
 
     def __init__(self, bucket: int, offset: int = 0) -> None:
         self.first = bucket  # x origin of the fits (keeps the sums small)
@@ -81,6 +81,7 @@ class ActorTrend:
         self.spark: str | None = None
         self.minute = -1
         self.offset = offset  # actors redraw their sparkline at different buckets, not all in one snapshot
+        self.due = bucket  # the next bucket at which the same row changes anything (``_due``)
 
     def series(self, metric: str, now_bucket: int | None = None) -> list[float | None]:
         """Oldest first, one value per bucket of the ring ending at ``now_bucket``; a bucket without a sample
@@ -120,6 +121,9 @@ class Trends:
         # (most rows of a build are the last build's objects; builds come every 2 s, buckets every 5 s)
         self._bucket = -1
         self._done: dict[str, ActorRow] = {}
+        # bucket → the actors whose same row changes something then (a sample leaves the window, the sparkline
+        # moves on, the reading is counted again): only they are looked at again, not all 10,000 each bucket
+        self._wake: dict[int, list[str]] = {}
 
     def record(self, rows: Iterable[ActorRow], now: float) -> None:
         """Sample the rows at ``now`` (once per bucket per actor) and write each actor's marks back onto its
@@ -127,9 +131,12 @@ class Trends:
         b = int(now // BUCKET_S)
         rows = rows if isinstance(rows, (list, tuple)) else list(rows)
         ids = list(map(_ID, rows))
+        done, wake = self._done, self._wake
         if b != self._bucket:
-            self._bucket, self._done = b, {}
-        done = self._done
+            self._bucket = b
+            for k in [k for k in wake if k <= b]:
+                for aid in wake.pop(k):
+                    done.pop(aid, None)
         # in C: only the rows that are not the very objects recorded in this bucket
         for a in compress(rows, map(operator.is_not, map(done.get, ids), rows)):
             done[a.actor_id] = a
@@ -149,6 +156,10 @@ class Trends:
                     t.peak_gpu = a.gpu_mem_bytes
                 if a.rss_bytes is not None and (t.peak_rss is None or a.rss_bytes > t.peak_rss):
                     t.peak_rss = a.rss_bytes
+                due = _due(t, a, b)
+                if due != t.due:  # (an entry left behind by an earlier due only wakes it once more)
+                    t.due = due
+                    wake.setdefault(due, []).append(a.actor_id)
             if t is not None:  # a dead actor keeps its marks: they say what it reached
                 a.gpu_mem_peak_bytes, a.rss_peak_bytes, a.trend = t.peak_gpu, t.peak_rss, t.spark
                 a.gpu_mem_growth_bytes_per_min, a.rss_growth_bytes_per_min = t.growth_gpu, t.growth_rss
@@ -157,6 +168,9 @@ class Trends:
             for aid in [k for k in self.actors if k not in seen]:
                 del self.actors[aid]
                 done.pop(aid, None)
+            if len(done) > len(seen):
+                for aid in [k for k in done if k not in seen]:
+                    del done[aid]
 
     def trend(self, actor_id: str, now: float) -> Trend | None:
         t = self.actors.get(actor_id)
@@ -164,6 +178,24 @@ class Trends:
             return None
         b = int(now // BUCKET_S)
         return Trend(BUCKET_S, *(tuple(t.series(m, b)) for m in METRICS))
+
+
+def _due(t: ActorTrend, a: ActorRow, b: int) -> int:
+    """The next bucket after ``b`` at which the row ``a``, if it stays the same object, changes anything: the
+    next bucket if it is a reading not sampled yet (its bucket had one); else the first of its oldest sample
+    leaving the window, the sparkline's next minute and the reading counted again."""
+    if a is not t.row:
+        return b + 1
+    step = BUCKETS // SPARK_CELLS
+    due = min(t.last + RESAMPLE_AFTER, ((b + t.offset) // step + 1) * step - t.offset)
+    m = t.sampled
+    if m:
+        lo = max(t.low, t.last - BUCKETS + 1)  # the window's slots from ``lo`` on: bit ``x % BUCKETS``
+        r = lo % BUCKETS
+        high = m >> r
+        oldest = lo + (high & -high).bit_length() - 1 if high else lo + BUCKETS - r + (m & -m).bit_length() - 1
+        due = min(due, oldest + BUCKETS)
+    return max(due, b + 1)
 
 
 def _evict(t: ActorTrend, b: int) -> bool:
