@@ -171,7 +171,7 @@ def from_call(call: FailedCall, row: ActorRow | None, now: float) -> OomVerdict 
     return _verdict(row, call.actor_id, kind, how, call.end_s or now, call.method, oom_message(call.error), kill)
 
 
-_GONE = ("DEAD", "RESTARTING")
+_GONE = frozenset(("DEAD", "RESTARTING"))
 _STATE = operator.attrgetter("state")
 
 
@@ -284,17 +284,18 @@ def _peak(p: PhaseMemory, kind: str) -> int | None:
 def verdicts(calls: Iterable[FailedCall], rows: Iterable[ActorRow], steps: tuple[Step, ...] | list[Step] = (),
              memory: MemoryView | None = None, now: float = 0.0, deaths: dict[str, Death] | None = None,
              died_at: dict[str, float] | None = None, last_method: dict[str, str] | None = None,
-             keep: int = KEEP) -> tuple[OomVerdict, ...]:
+             keep: int = KEEP, gone: list[ActorRow] | None = None) -> tuple[OomVerdict, ...]:
     """Every OOM verdict, oldest first (at most ``keep``): the failed ``calls`` (from the task history) and the
     dead ``rows`` (``deaths``: classified causes where the worker log was read; ``died_at``: when each was seen
     dead; ``last_method``: the call each ran last), placed in the ``steps`` and given their lead-up from
-    ``memory``. One verdict per rank and call: a call that failed and then the process died is one OOM."""
+    ``memory``. One verdict per rank and call: a call that failed and then the process died is one OOM.
+    ``gone``: ``gone_rows(rows)`` where the caller has it."""
     rows = rows if isinstance(rows, (list, tuple)) else list(rows)
     calls = list(calls)
     by_id = {a.actor_id: a for a in rows} if calls else {}
     # only a dead or restarting rank has a death to judge (picked in C: 10,000 rows, a few dead), and only its
     # headroom is looked at
-    gone = gone_rows(rows)
+    gone = gone_rows(rows) if gone is None else gone
     gone_ids = {a.actor_id for a in gone}
     free: dict[str, float] = {}
     hkind: dict[str, str] = {}

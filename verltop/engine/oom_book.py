@@ -59,11 +59,13 @@ class OomBook:
 
     def view(self, memory: MemoryView | None, actors: tuple[ActorRow, ...], hist: TaskHistory,
              steps: tuple[Step, ...], now: float,
-             lead_up: Callable[[ActorRow, str], tuple[PhaseMemory, ...]] | None = None) -> MemoryView | None:
+             lead_up: Callable[[ActorRow, str], tuple[PhaseMemory, ...]] | None = None,
+             gone: list[ActorRow] | None = None) -> MemoryView | None:
         """``memory`` with its ``oom`` verdicts; a view of its own when there is no memory book but a verdict.
         ``lead_up(row, phase)``: the rank's entries in that phase as the book has them now (the view may show
         fewer steps of a large job)."""
-        for a in gone_rows(actors):
+        gone = gone_rows(actors) if gone is None else gone
+        for a in gone:
             self.died_at.setdefault(a.actor_id, now)
         if len(self.died_at) > MAX_DEAD:
             listed = {a.actor_id for a in actors}
@@ -71,7 +73,7 @@ class OomBook:
             self.deaths = {k: v for k, v in self.deaths.items() if k in listed}
             self.read &= listed
         found = verdicts(list(hist.ooms.values()), actors, steps, memory, now, deaths=self.deaths,
-                         died_at=self.died_at, last_method=hist.last_method)
+                         died_at=self.died_at, last_method=hist.last_method, gone=gone)
         if lead_up is not None and found:
             rows = {a.actor_id: a for a in actors}
             found = tuple(_from_book(v, rows.get(v.actor_id or ""), lead_up) for v in found)

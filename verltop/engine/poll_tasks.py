@@ -95,7 +95,11 @@ class TaskPolls(PollState):
             if tid not in seen and (run.group, run.method) in live:
                 t = before.get(tid)
                 names[run.method] = t.name if t is not None else None
-        self._short_handed = short_handed(rows, actors or {}, self._task_objs)
+        actors = actors or {}
+        last = self._group_sizes  # worked out once per actors' list, not per poll
+        if last is None or last[0] is not actors:
+            last = self._group_sizes = (actors, group_sizes(actors))
+        self._short_handed = short_handed(rows, actors, self._task_objs, last[1])
         for method, name in self._short_handed.items():
             names.setdefault(method, name)
         self._read_failed(names, now)
@@ -126,8 +130,21 @@ class TaskPolls(PollState):
         self._dirty.set()
 
 
-def short_handed(rows: list[tuple], actors: dict[str, RawActor], tasks: dict[str, RawTask]) -> dict[str, str | None]:
-    """Methods that a worker group's live ranks run on fewer ranks than it has (``method → task name``)."""
+def group_sizes(actors: dict[str, RawActor]) -> dict[str, int]:
+    """How many live ranks each worker group has."""
+    size: dict[str, int] = {}
+    for a in actors.values():
+        ident = R.identity(a)
+        if a.state == "ALIVE" and ident.worker_group is not None:
+            g = group_key(ident, a.class_name)
+            size[g] = size.get(g, 0) + 1
+    return size
+
+
+def short_handed(rows: list[tuple], actors: dict[str, RawActor], tasks: dict[str, RawTask],
+                 sizes: dict[str, int] | None = None) -> dict[str, str | None]:
+    """Methods that a worker group's live ranks run on fewer ranks than it has (``method → task name``);
+    ``sizes``: ``group_sizes(actors)`` where the caller keeps it."""
     running: dict[tuple[str, str], set[str | None]] = {}
     name: dict[str, str | None] = {}
     for tid, aid, g, m, _ in rows:
@@ -136,10 +153,5 @@ def short_handed(rows: list[tuple], actors: dict[str, RawActor], tasks: dict[str
         name[m] = t.name if t is not None else None
     if not running:
         return {}
-    size: dict[str, int] = {}
-    for a in actors.values():
-        ident = R.identity(a)
-        if a.state == "ALIVE" and ident.worker_group is not None:
-            g = group_key(ident, a.class_name)
-            size[g] = size.get(g, 0) + 1
+    size = group_sizes(actors) if sizes is None else sizes
     return {m: name[m] for (g, m), aids in running.items() if len(aids) < size.get(g, 0)}

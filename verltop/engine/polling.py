@@ -141,6 +141,7 @@ class PollState(Engine):
         self._last_task_poll: float | None = None
         self._failure_reads: dict[str, float] = {}  # method → when its FAILED calls were last read
         self._short_handed: dict[str, str | None] = {}  # methods a group runs on fewer ranks than it has
+        self._group_sizes: tuple[dict, dict[str, int]] | None = None  # (the actors' map, its groups' live ranks)
         self._focus: dict[str, None] = {}  # node ids on screen, top first
         self._internal: dict[str, Problem] = {}  # helper polls that failed with a bug, until they succeed
         self._hist_free = asyncio.Event()

@@ -86,12 +86,13 @@ class SnapshotBuilding(PollState):
         rollout = self.rollout.view(map(_ID, snap.actors))
         peaks = verl_peaks(training.metrics, training.last_step) if training is not None else ()
         # by phase where a view shows it, or an OOM verdict's peers are read from it
-        phases = self.memory_phases or bool(self.hist.ooms) or bool(gone_rows(snap.actors))
+        gone = gone_rows(snap.actors)
+        phases = self.memory_phases or bool(self.hist.ooms) or bool(gone)
         memory = self.memory.view(steps, snap.actors, rollout, peaks, phases)
         return replace(snap, steps=steps, work=self.work.summary(self.waiting, actors, snap.actors),
                        training=training, slow_ranks=slow_ranks(steps, snap.actors), rollout=rollout,
                        memory=self.oom_book.view(memory, snap.actors, self.hist, steps, now,
-                                                 lambda row, phase: self.memory.lead_up(steps, row, phase)))
+                                                 lambda row, phase: self.memory.lead_up(steps, row, phase), gone))
 
     def show_memory_phases(self, on: bool) -> None:
         if on and not self.memory_phases:

@@ -231,14 +231,14 @@ async def fetch_node_detail(client: DashboardClient, node_id: str, timeout_s: fl
     """One node's report with its workers. The agent reports every 5 s and the dashboard caches answers 2 s:
     a node on screen, read every poll, is the same report about half the time; then the last node object
     stands (``unchanged``: its ``stats_age_s`` is as of the first read)."""
-    def p(doc: Any, now: float) -> tuple[Any, str | None]:
-        node = parse.node_detail(doc, now)
+    def p(body: bytes, now: float) -> tuple[Any, str | None]:
+        node = parse.node_detail_bytes(body, now)
         if node is None:
             raise parse.ParseError("node detail without a node id")
         return node, None
 
     return await _get_parsed(client, *reads.node_detail(node_id), timeout_s, p, memo_key=f"node:{node_id}",
-                             digest=True)
+                             digest=True, decode=bytes)
 
 
 async def fetch_unplaced_placement_groups(client: DashboardClient, timeout_s: float = 10.0
