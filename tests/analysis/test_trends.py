@@ -242,3 +242,35 @@ def test_rows_looked_at_only_when_due_match_rows_looked_at_every_build():
             assert x.fit_rss.sy == pytest.approx(y.fit_rss.sy) and x.fit_gpu.sxy == pytest.approx(y.fit_gpu.sxy)
             assert lazy.trend(aid, t) == every.trend(aid, t)
         assert len(lazy._done) <= len(ids) and sum(map(len, lazy._wake.values())) <= 3 * len(ids)
+
+
+def test_the_sparkline_from_the_samples_alone_is_the_one_of_every_bucket():
+    """The sparkline is worked out from the samples in the window (a helper has a few, not 120 buckets): each
+    cell the highest value its buckets read, a bucket without a sample holding the one before; random rings
+    (gaps, unknown readings, GPU or host memory) draw as the series bucket by bucket does."""
+    import random
+
+    from verltop.analysis.trends import SPARK_CELLS, _spark_of, spark
+
+    def reference(t, b):
+        s = t.series("gpu_mem" if t.fit_gpu.n else "rss", b)
+        per = BUCKETS // SPARK_CELLS
+        cells = []
+        for i in range(SPARK_CELLS):
+            chunk = [v for v in s[i * per:(i + 1) * per] if v is not None]
+            cells.append(max(chunk) if chunk else None)
+        return spark(cells)
+
+    rnd = random.Random(5)
+    for run in range(60):
+        tr = Trends()
+        b = int(T0 // BUCKET_S)
+        gpu = run % 3 == 0
+        for _ in range(rnd.randrange(1, 300)):
+            b += rnd.choice((1, 1, 2, 5, 13, 40)) if rnd.random() > 0.02 else BUCKETS + 3
+            v = None if rnd.random() < 0.1 else rnd.randrange(100, 900) * MIB
+            tr.record([sample(rss=None if gpu else v, gpu=v if gpu else None, util=1.0)], b * BUCKET_S)
+            t = tr.actors.get("a1")
+            if t is not None:
+                for later in (b, b + rnd.randrange(0, 30)):
+                    assert _spark_of(t, later) == reference(t, later), (run, b, later)

@@ -268,12 +268,41 @@ def _spark_of(t: ActorTrend, b: int) -> str | None:
     """The memory sparkline of the table: GPU memory when the actor has some, else RSS; one cell per
     minute (its highest value), scaled to the window's own range."""
     metric = "gpu_mem" if t.fit_gpu.n else "rss"  # a GPU memory sample in the window
-    s = t.series(metric, b)
+    ring = t.rings.get(metric)
+    if ring is None:
+        return None
+    # each cell's highest value, from the samples alone (a helper has a few in the window, not 120 buckets):
+    # a bucket without a sample holds the value before it, so a cell also holds what the one before ended on
+    last = t.last
+    start = max(last, b) - BUCKETS + 1
     per = BUCKETS // SPARK_CELLS
-    cells = []
-    for i in range(SPARK_CELLS):
-        chunk = [v for v in s[i * per:(i + 1) * per] if v is not None]
-        cells.append(max(chunk) if chunk else None)
+    xs = []
+    m = t.sampled
+    while m:
+        low = m & -m
+        m ^= low
+        x = start + (low.bit_length() - 1 - start) % BUCKETS
+        if x <= last:
+            xs.append(x)
+    xs.sort()
+    cells: list[float | None] = [None] * SPARK_CELLS
+    hold: float | None = None
+    at = 0  # the cell the held value reaches from
+    for x in xs:
+        c = (x - start) // per
+        if hold is not None:
+            for k in range(at, c + 1 if (x - start) % per else c):
+                if cells[k] is None or hold > cells[k]:  # type: ignore[operator]
+                    cells[k] = hold
+        v = ring[x % BUCKETS]
+        hold = None if math.isnan(v) else float(v)
+        if hold is not None and (cells[c] is None or hold > cells[c]):  # type: ignore[operator]
+            cells[c] = hold
+        at = c
+    if hold is not None:
+        for k in range(at, SPARK_CELLS):
+            if cells[k] is None or hold > cells[k]:  # type: ignore[operator]
+                cells[k] = hold
     return spark(cells)
 
 
