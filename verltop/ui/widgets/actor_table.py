@@ -97,6 +97,7 @@ class ActorTable(ScrollView, can_focus=True):
         self._width = self._cols_width()
         self.now: float | None = None
         self._pass: tuple[int, Style] | None = None  # (width, base style) while a repaint renders its lines
+        self._head: tuple[tuple, Style, Strip] | None = None  # the header line: (its columns, its style, strip)
 
     # ---------------------------------------------------------- columns
 
@@ -324,11 +325,17 @@ class ActorTable(ScrollView, can_focus=True):
         return Strip.join([cached[1], mid, cached[2]])
 
     def _header(self) -> Strip:
+        """The column labels, rendered once per set of columns (and style) rather than every repaint."""
+        style = self.get_component_rich_style("actor-table--header", partial=True)
+        if self._head is not None and self._head[0] is self._cols and self._head[1] == style:
+            return self._head[2]
         line = Text(no_wrap=True)
         for c in self._cols:
             line.append(" " + c.label.ljust(c.width)[: c.width] + " ")
-        line.stylize(self.get_component_rich_style("actor-table--header", partial=True))
-        return Strip(list(line.render(self._row_console)), line.cell_len)
+        line.stylize(style)
+        strip = Strip(list(line.render(self._row_console)), line.cell_len)
+        self._head = (self._cols, style, strip)
+        return strip
 
     def render_lines(self, crop: Region) -> list[Strip]:
         # the width and the base style once per repaint, not per line: each is a walk of the DOM (a lookup in
