@@ -106,16 +106,14 @@ class NodePolls(PollState):
 
         results = await asyncio.gather(*(one(nid) for nid in pick))
         for nid, r in zip(pick, results, strict=True):
-            if r.unchanged:  # the report read before: nothing new to book (it was when first read)
-                if r.value is not None and self.node_details.get(nid) is not r.value:
-                    self.node_details[nid] = r.value
-                    self._dirty.set()
+            if not r.ok or r.value is None:
                 continue
-            if r.ok and r.value is not None:
+            if self.node_details.get(nid) is not r.value:
                 self.node_details[nid] = r.value
                 self._dirty.set()
-                if nid not in local:
-                    self._book_node_memory(r.value, r.taken_at - (r.value.stats_age_s or 0.0))
+            # a report read before (``unchanged``) was booked when first read
+            if not r.unchanged and nid not in local:
+                self._book_node_memory(r.value, r.taken_at - (r.value.stats_age_s or 0.0))
         for nid in [k for k in self.node_details if k not in wanted]:
             del self.node_details[nid]
             self.client.memo.pop(f"node:{nid}", None)
