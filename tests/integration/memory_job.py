@@ -6,7 +6,8 @@ cluster), one verl worker group of two ranks (``WorkerDict`` from ``create_coloc
 ``actor_rollout``) and ``TaskRunner``, the controller. Each step the controller calls, on both ranks:
 
 - ``generate_sequences`` (phase ``gen``, ``GEN_S``): rank 0 takes ``PEAK_MIB`` more host memory ``AFTER_S`` into
-  the call, holds it until ``HOLD_UNTIL_S`` and gives it back (a transient peak, not a leak);
+  the call, holds it ``HOLD_S`` from when it is resident and gives it back ``TAIL_S`` before the call ends (a
+  transient peak, not a leak);
 - ``update_actor`` (phase ``update_actor``, ``UPDATE_S``): rank 1 keeps ``LEAK_MIB`` more ``AFTER_S`` into every
   call (a leak of that phase on that rank alone); both ranks then ``all_reduce`` (gloo). At step ``oom_at`` rank 1
   raises torch's OutOfMemoryError instead ("CUDA out of memory. Tried to allocate …") and writes the time into
@@ -38,10 +39,14 @@ MIB = 1 << 20
 PEAK_MIB = 300
 LEAK_MIB = 48
 # Each move of memory comes AFTER_S into its call and lasts (or is followed by the rest of the call) over a
-# second: verltop samples this machine's processes every second
-GEN_S = 2.6
+# second: verltop samples this machine's processes every second. The peak is held HOLD_S from when it is
+# resident (writing 300 MiB takes a loaded 2-core machine a fifth of a second or more: a hold of one sampling
+# period to a fixed time often saw it half-written), and the call goes on TAIL_S after it is given back (what a
+# phase keeps is its last sample's: one taken before the peak went is no transient)
+GEN_S = 3.0
 AFTER_S = 0.5
-HOLD_UNTIL_S = 1.5
+HOLD_S = 1.4
+TAIL_S = 1.3
 UPDATE_S = 1.7
 GROUP_TIMEOUT_S = 120.0
 OOM_TEXT = ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.11 GiB of which "
@@ -75,8 +80,9 @@ class MemoryWorker(Worker):
         if self.rank == 0:
             _until(t0 + AFTER_S)
             peak = b"\x01" * (PEAK_MIB * MIB)  # written: resident at once
-            _until(t0 + HOLD_UNTIL_S)
+            time.sleep(HOLD_S)
             del peak
+            _until(max(t0 + GEN_S, time.time() + TAIL_S))
         _until(t0 + GEN_S)
         return self.rank
 
