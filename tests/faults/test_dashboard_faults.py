@@ -21,6 +21,7 @@ from tests.replay_server import ReplayDashboard
 from tests.wait import pilot_wait
 from verltop.analysis.stalls import StallSettings
 from verltop.engine.monitor import Intervals
+from verltop.engine.polling import MAX_BACKOFF_S
 from verltop.sources.config import Endpoint
 from verltop.ui.app import VerltopApp
 from verltop.ui.widgets.actor_table import ActorTable
@@ -179,8 +180,11 @@ async def _fault_and_recovery(app, pilot, apply: Callable[[], None], clear: Call
     assert app.engine.snapshots_built > built  # the UI kept rebuilding (ages tick) on the last good data
     assert "\n" not in err_line
     clear()
-    await pilot_wait(pilot, lambda: not any(n in header(app) for n in needles) and not is_stale(app), 15,
-                   what="recovery")
+    # a source may have just begun its longest back-off: its next try, a snapshot, and room for a loaded machine
+    await pilot_wait(pilot, lambda: not any(n in header(app) for n in needles) and not is_stale(app),
+                     MAX_BACKOFF_S + 20, what="recovery",
+                     detail=lambda: [(s.name, s.backoff_s, s.error.text if s.error else None)
+                                     for s in app.engine.src.all() if s.error])
     assert len(t.keys) == len(keys)
 
 

@@ -24,7 +24,7 @@ from verltop.engine.poll_local import LocalPolls
 from verltop.engine.poll_nodes import NodePolls
 from verltop.engine.poll_tasks import TaskPolls
 from verltop.engine.poll_training import TRAINING_EVERY_S, TrainingPolls
-from verltop.engine.polling import FIRST_FRAME_GRACE_S, ROLES_EVERY_S, Intervals, SourceState
+from verltop.engine.polling import FIRST_FRAME_GRACE_S, ROLES_EVERY_S, Intervals, SourceState, backoff
 from verltop.engine.snapshots import SnapshotBuilding
 from verltop.model import ActorRow, Problem, Snapshot
 from verltop.sources import dashboard as D
@@ -232,7 +232,7 @@ class Monitor(ActorPolls, TaskPolls, HistoryPolls, NodePolls, LocalPolls, Traini
                         "a verltop bug: the traceback is in verltop's log")
             if st is not None:
                 st.error = p
-                st.backoff_s = min(10.0, max(2.0, st.backoff_s * 2 or 2.0))
+                st.backoff_s = backoff(st.backoff_s)
             else:
                 self._internal[what] = p
                 self.src.engine.error = next(iter(self._internal.values()))

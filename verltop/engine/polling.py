@@ -34,6 +34,12 @@ DETAIL_REFRESH_S = 30.0  # detail rows are re-read at least this often
 _ID = operator.attrgetter("actor_id")
 ROLES_EVERY_S = 15.0  # how often groups whose roles are unknown are looked up
 FIRST_FRAME_GRACE_S = 1.0  # the first snapshot waits this long at most for sources slower than the actors
+MAX_BACKOFF_S = 10.0  # a failing source is retried after 2, 4, 8, then every 10 s (unless Ray says when)
+
+
+def backoff(prev_s: float) -> float:
+    """The wait before a failing source's next try: a dashboard that is down is retried calmly, not hammered."""
+    return min(MAX_BACKOFF_S, max(2.0, prev_s * 2 or 2.0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,8 +187,7 @@ class PollState(Engine):
         if r.retry_after_s:
             st.backoff_s = r.retry_after_s
         else:
-            # a dashboard that is down is retried at a calm pace, not hammered
-            st.backoff_s = min(10.0, max(2.0, st.backoff_s * 2 or 2.0))
+            st.backoff_s = backoff(st.backoff_s)
         return False
 
     def _feed_medians(self, tasks: list[RawTask]) -> None:
