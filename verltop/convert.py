@@ -11,6 +11,8 @@ from typing import Any
 
 def to_int(v: Any) -> int | None:
     """``int`` from an int, a finite float or a numeric string (``"0x1f"`` too); else ``None``."""
+    if type(v) is int:  # the common case first (not a bool: its type is bool)
+        return v
     if isinstance(v, bool):
         return None
     if isinstance(v, int):
@@ -32,11 +34,21 @@ def _int_of_float(f: float) -> int | None:
     return int(f) if f == f and abs(f) < 1e18 else None
 
 
+_BIG = 1 << 1023
+
+
 def to_float(v: Any) -> float | None:
     """A finite ``float`` from a number or a numeric string; else ``None``."""
+    t = type(v)
+    if t is float:  # the common cases first (nan - nan and inf - inf are nan)
+        return v if v - v == 0.0 else None
+    if t is int:
+        return float(v) if -_BIG < v < _BIG else None
     if isinstance(v, bool):
         return None
     if isinstance(v, (int, float)):
+        if isinstance(v, int) and not -_BIG < v < _BIG:  # beyond a float (the stdlib parses any int)
+            return None
         f = float(v)
         return f if f == f and abs(f) != float("inf") else None
     if isinstance(v, str):

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tests.conftest import FIX
-from verltop.sources import parse
+from verltop.sources import node_answers, parse
 from verltop.sources.jsonstream import each
 
 REAL = ["ray-gpu-cluster/hung/nodes_view_summary.json", "ray-gpu-cluster/hung/nodes_view_summary.2.json",
@@ -18,7 +18,7 @@ REAL = ["ray-gpu-cluster/hung/nodes_view_summary.json", "ray-gpu-cluster/hung/no
 @pytest.mark.parametrize("name", REAL)
 def test_real_summary_read_a_node_at_a_time(name):
     body = (FIX / name).read_bytes()
-    assert parse.nodes_summary_bytes(body, now=1795960290.0) == parse.nodes_summary(json.loads(body), now=1795960290.0)
+    assert node_answers.nodes_summary_bytes(body, now=1795960290.0) == parse.nodes_summary(json.loads(body), now=1795960290.0)
 
 
 def test_many_nodes_in_order_with_the_envelope():
@@ -26,7 +26,7 @@ def test_many_nodes_in_order_with_the_envelope():
               "gpus": [], "raylet": {"nodeId": f"{i:056x}", "state": "ALIVE", "coreWorkersStats": [{"pid": i}] * 50}}
              for i in range(40)]
     body = json.dumps({"result": True, "msg": "Node summary fetched.", "data": {"summary": nodes}}).encode()
-    got = parse.nodes_summary_bytes(body, now=12.0)
+    got = node_answers.nodes_summary_bytes(body, now=12.0)
     assert got == parse.nodes_summary(json.loads(body), now=12.0)
     assert [n.ip for n in got] == [f"10.0.0.{i}" for i in range(40)] and got[3].mem_used_bytes == 60
 
@@ -39,7 +39,7 @@ def test_many_nodes_in_order_with_the_envelope():
 ])
 def test_other_shapes_say_what_the_whole_parse_says(body, error):
     with pytest.raises(parse.ParseError, match=error):
-        parse.nodes_summary_bytes(body, now=0.0)
+        node_answers.nodes_summary_bytes(body, now=0.0)
 
 
 def test_each_walks_only_the_path():

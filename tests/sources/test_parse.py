@@ -5,7 +5,7 @@ import json
 import pytest
 
 from tests.conftest import load, load_json
-from verltop.sources import parse
+from verltop.sources import node_answers, parse
 
 
 def test_real_actor_rows():
@@ -136,20 +136,20 @@ def test_a_node_detail_is_read_without_its_actors_where_they_are_most_of_it(run,
     body = (Path(__file__).parent.parent / "fixtures" / "real-gpu-run" / run / "nodes_NODE_ID.json").read_bytes()
     doc = json.loads(body)
     whole = parse.node_detail(doc, 5.0)
-    assert whole is not None and whole.procs and parse.node_detail_bytes(body, 5.0) == whole  # few actors: whole
+    assert whole is not None and whole.procs and node_answers.node_detail_bytes(body, 5.0) == whole  # few actors: whole
     one = next(iter(doc["data"]["detail"]["actors"].values()))
     doc["data"]["detail"]["actors"] = {f"{k:032x}": {**one, "actorId": f"{k:032x}"} for k in range(200)}
     big = json.dumps(doc).encode()  # Ray's separators (", ", ": ")
     sizes: list[int] = []
     loads = parse.loads
-    monkeypatch.setattr(parse, "loads", lambda b: (sizes.append(len(b)), loads(b))[1])
-    assert parse.node_detail_bytes(big, 5.0) == whole
+    monkeypatch.setattr(node_answers, "loads", lambda b: (sizes.append(len(b)), loads(b))[1])
+    assert node_answers.node_detail_bytes(big, 5.0) == whole
     assert sizes == [big.rfind(b'"actors":') + len(b'"actors": {}}}}')] and sizes[0] < len(big) / 3  # the cut
     # a key after the actors (another Ray's order): the cut would lose it, so the answer is parsed whole
     d = doc["data"]["detail"]
     reordered = {k: v for k, v in d.items() if k != "workers"} | {"workers": d["workers"]}
     sizes.clear()
     other = json.dumps({**doc, "data": {"detail": reordered}}).encode()
-    assert parse.node_detail_bytes(other, 5.0) == whole and sizes[-1] == len(other)
+    assert node_answers.node_detail_bytes(other, 5.0) == whole and sizes[-1] == len(other)
     with pytest.raises(parse.ParseError):
-        parse.node_detail_bytes(big[: len(big) // 2], 5.0)
+        node_answers.node_detail_bytes(big[: len(big) // 2], 5.0)

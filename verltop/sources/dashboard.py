@@ -18,7 +18,7 @@ from verltop.model import (
     RawPlacementGroup,
     RawTask,
 )
-from verltop.sources import parse, parse_pending, reads
+from verltop.sources import node_answers, parse, parse_pending, reads
 from verltop.sources.http import DashboardClient, Reply
 
 T = TypeVar("T")
@@ -224,7 +224,7 @@ async def fetch_profiling_enabled(client: DashboardClient, timeout_s: float = 5.
 async def fetch_nodes_summary(client: DashboardClient, timeout_s: float = 10.0) -> Result[list[Node]]:
     # read a node at a time: the answer is mostly each worker's stats, which this does not use
     return await _get_parsed(client, *reads.nodes_summary(), timeout_s,
-                             lambda body, now: (parse.nodes_summary_bytes(body, now), None), decode=bytes)
+                             lambda body, now: (node_answers.nodes_summary_bytes(body, now), None), decode=bytes)
 
 
 async def fetch_node_detail(client: DashboardClient, node_id: str, timeout_s: float = 10.0) -> Result[Node]:
@@ -232,7 +232,7 @@ async def fetch_node_detail(client: DashboardClient, node_id: str, timeout_s: fl
     a node on screen, read every poll, is the same report about half the time; then the last node object
     stands (``unchanged``: its ``stats_age_s`` is as of the first read)."""
     def p(body: bytes, now: float) -> tuple[Any, str | None]:
-        node = parse.node_detail_bytes(body, now)
+        node = node_answers.node_detail_bytes(body, now)
         if node is None:
             raise parse.ParseError("node detail without a node id")
         return node, None

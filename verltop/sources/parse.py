@@ -115,7 +115,7 @@ def _list_result(inner: dict[str, Any], rows: list[Any]) -> ListResult:
                       warning=_str(inner.get("partial_failure_warning")) or None)
 
 
-def _streamed(body: bytes, path: tuple[str, ...], take: Any) -> list[dict[str, Any]] | None:
+def streamed(body: bytes, path: tuple[str, ...], take: Any) -> list[dict[str, Any]] | None:
     """``take`` each element of the array at ``path``, one at a time (``jsonstream``); the envelope's levels
     (top first), or None for an answer of another shape (an error's answer, a changed schema, not JSON): the
     caller parses that whole, whose errors say what is wrong with it."""
@@ -285,7 +285,7 @@ def actors_bytes(body: bytes) -> tuple[list[RawActor], ListResult]:
         if a is not None:
             out.append(a)
 
-    levels = _streamed(body, ("data", "result", "result"), take)
+    levels = streamed(body, ("data", "result", "result"), take)
     if levels is None:
         return actors(loads(body))
     if seen[0] and not out:
@@ -506,7 +506,7 @@ def node_stats(d: Any, now: float | None = None) -> Node | None:
     )
 
 
-def _legacy_data(doc: Any) -> dict[str, Any]:
+def legacy_data(doc: Any) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise ParseError("dashboard answer is not a JSON object")
     if doc.get("result") is False:
@@ -519,54 +519,15 @@ def _legacy_data(doc: Any) -> dict[str, Any]:
 
 def nodes_summary(doc: Any, now: float | None = None) -> list[Node]:
     """``/nodes?view=summary`` → per-node CPU, memory and GPUs."""
-    summary = _legacy_data(doc).get("summary")
+    summary = legacy_data(doc).get("summary")
     if not isinstance(summary, list):
         raise ParseError("dashboard answer lacks data.summary (schema changed?)")
     return [n for n in (node_stats(d, now) for d in summary) if n is not None]
 
 
-def nodes_summary_bytes(body: bytes, now: float | None = None) -> list[Node]:
-    """``nodes_summary`` of the answer as sent, one node parsed at a time (``jsonstream``): at 128 nodes the
-    answer is megabytes of per-worker stats that would otherwise all be Python objects at once. An answer of
-    another shape is parsed whole."""
-    out: list[Node] = []
-
-    def take(d: Any) -> None:
-        n = node_stats(d, now)
-        if n is not None:
-            out.append(n)
-
-    if _streamed(body, ("data", "summary"), take) is None:
-        return nodes_summary(loads(body), now)
-    return out
-
-
 def node_detail(doc: Any, now: float | None = None) -> Node | None:
     """``/nodes/{id}`` → the node with its worker processes (CPU %, RSS)."""
-    detail = _legacy_data(doc).get("detail")
+    detail = legacy_data(doc).get("detail")
     if not isinstance(detail, dict):
         raise ParseError("dashboard answer lacks data.detail (schema changed?)")
     return node_stats(detail, now)
-
-
-_ACTORS_KEY = b'"actors":'
-_NO_ACTORS = b'"actors": {}}}}'  # the node's actors, empty, and the detail, data and envelope closed
-
-
-def node_detail_bytes(body: bytes, now: float | None = None) -> Node | None:
-    """``node_detail`` of the answer as sent, without parsing its ``actors``: two thirds of the bytes at 80
-    actors a node, none of it used (the actor list says the same). Ray adds them last to the node's dict
-    (``DataOrganizer.get_node_info``) and the envelope ends with ``data``, so the answer is cut at the last
-    ``"actors":`` and closed; an answer of another shape (the cut does not parse, or lacks the workers) is
-    parsed whole, as is one whose actors are few (the cut would cost more than it saves)."""
-    cut = body.rfind(_ACTORS_KEY)
-    if cut > 0 and len(body) - cut >= FAST_FROM_BYTES and body.rstrip().endswith(b"}}}"):
-        try:
-            doc = loads(body[:cut] + _NO_ACTORS)
-        except ParseError:
-            doc = None
-        detail = doc.get("data") if isinstance(doc, dict) else None
-        detail = detail.get("detail") if isinstance(detail, dict) else None
-        if isinstance(detail, dict) and "workers" in detail and "raylet" in detail:
-            return node_detail(doc, now)
-    return node_detail(loads(body), now)

@@ -14,7 +14,7 @@ from typing import Any
 
 from verltop.convert import to_float, to_int, to_str
 from verltop.model import ClusterLoad, NodeLoad, RawPendingTask, RawPlacementGroup, Resources
-from verltop.sources.parse import ListResult, ParseError, _legacy_data, resources, state_api_rows
+from verltop.sources.parse import ListResult, ParseError, legacy_data, resources, state_api_rows
 
 # the camelCased forms of a placement group's own resources (CPUGroup0<pg id>, bundleGroup<pg id>) and node markers
 _PG_CAMEL = re.compile(r"Group\d*[0-9A-Fa-f]{28,}$")
@@ -102,7 +102,7 @@ def uncamel(name: str) -> str:
 def cluster_load(doc: Any) -> ClusterLoad | None:
     """``/api/cluster_status`` → per-node load and pending PG strategies; ``None`` when the autoscaler has
     written no status (autoscaler v2 clusters, or the first seconds of a cluster)."""
-    data = _legacy_data(doc)
+    data = legacy_data(doc)
     cs = data.get("clusterStatus")
     if not isinstance(cs, dict):
         return None
