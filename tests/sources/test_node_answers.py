@@ -19,16 +19,17 @@ NOW = 1795960290.0
 
 
 def _read(body: bytes, monkeypatch) -> tuple[list, list[int]]:
-    """The nodes, and the sizes of what was parsed whole on the way."""
+    """The nodes, and the sizes of the answers read a node at a time to the end (the cut one, or the whole)."""
     sizes: list[int] = []
-    loads = parse.loads
+    streamed = parse.streamed
 
-    def counted(b: bytes):
-        doc = loads(b)
-        sizes.append(len(b))  # parsed
-        return doc
+    def counted(b: bytes, path, take):
+        levels = streamed(b, path, take)
+        if levels is not None:
+            sizes.append(len(b))
+        return levels
 
-    monkeypatch.setattr(node_answers, "loads", counted)
+    monkeypatch.setattr(node_answers, "streamed", counted)
     return node_answers.nodes_summary_bytes(body, NOW), sizes
 
 
@@ -50,7 +51,7 @@ def test_real_summaries_cut_read_the_same(path, monkeypatch):
     whole = parse.nodes_summary(json.loads(body), NOW)
     got, sizes = _read(body, monkeypatch)
     assert got == whole and whole
-    assert sizes and sizes[0] < len(body) * 0.8, (sizes, len(body))  # the cut was taken
+    assert sizes == [len(node_answers.without_core_workers(body)[0])] and sizes[0] < len(body) * 0.8  # the cut
 
 
 @pytest.mark.parametrize("separators", [(", ", ": "), (",", ":")], ids=["ray", "compact"])
@@ -72,7 +73,7 @@ def test_an_unsound_cut_reads_the_slow_way(monkeypatch):
     body = json.dumps(doc).encode()
     got, sizes = _read(body, monkeypatch)
     assert got == parse.nodes_summary(doc, NOW) and got[4].hostname == doc["data"]["summary"][4]["hostname"]
-    assert sizes == []  # the cut did not parse, and the node-at-a-time read took over
+    assert sizes == [len(body)]  # the cut did not parse, and the whole answer was read instead
 
 
 def test_a_summary_without_core_workers_and_errors(monkeypatch):
@@ -81,7 +82,8 @@ def test_a_summary_without_core_workers_and_errors(monkeypatch):
         del n["raylet"]["coreWorkersStats"]
     body = json.dumps(doc).encode()
     assert node_answers.without_core_workers(body) == (body, 0)
-    assert _read(body, monkeypatch)[0] == parse.nodes_summary(doc, NOW)
+    got, sizes = _read(body, monkeypatch)
+    assert got == parse.nodes_summary(doc, NOW) and sizes == [len(body)]
     with pytest.raises(parse.ParseError, match="dashboard error: boom"):
         node_answers.nodes_summary_bytes(b'{"result": false, "msg": "boom", "data": {}}', NOW)
     # a node whose list is not followed by its count: the end found is the next node's, and the node between
@@ -93,4 +95,4 @@ def test_a_summary_without_core_workers_and_errors(monkeypatch):
     body = json.dumps(doc).encode()
     assert node_answers.without_core_workers(body) == (body, 0)
     got, sizes = _read(body, monkeypatch)
-    assert got == parse.nodes_summary(doc, NOW) and len(got) == 3 and sizes == []
+    assert got == parse.nodes_summary(doc, NOW) and len(got) == 3 and sizes == [len(body)]
