@@ -58,3 +58,52 @@ def test_the_detail_rows_safety_net_is_read_less_often_on_large_jobs():
 
     assert refresh_s(0) == refresh_s(1000) == DETAIL_REFRESH_S
     assert refresh_s(10_000) == 10 * DETAIL_REFRESH_S  # a 7 MB read every 5 minutes, not every 30 s
+
+
+class _Counting(dict):
+    looked = 0
+
+    def __contains__(self, k: object) -> bool:
+        type(self).looked += 1
+        return super().__contains__(k)
+
+
+async def test_unchanged_states_are_not_looked_at_again_unless_a_detail_read_failed(monkeypatch):
+    # the base columns every poll: bytes equal to the last ones, already checked against the detail rows, are
+    # not checked again (1,024 rows every 2 s); a change whose detail read failed is looked at until one works
+    from verltop.engine import poll_actors
+    from verltop.model import Problem
+    from verltop.sources import dashboard as D
+
+    c = FakeCluster(nodes=1, gpus_per_node=4, seed=5)
+    async with FakeDashboard(c) as fd:
+        mon = Monitor(Endpoint(fd.url, "--address", None, None), Intervals(timeout_s=5.0), use_local=False)
+        details: list[bool] = []
+        fetch = D.fetch_actors
+
+        async def counted(*a, fail: list = [], **kw):  # noqa: B006 - shared on purpose: the failures to come
+            details.append(bool(fail))
+            if fail:
+                fail.pop()
+                return D.Result(None, Problem("http", "boom"), 0.0)
+            return await fetch(*a, **kw)
+
+        monkeypatch.setattr(poll_actors.D, "fetch_actors", counted)
+        try:
+            await mon.poll_once(seed=True)
+            mon._actor_cache = _Counting(mon._actor_cache)
+            await mon.poll_actors()  # checked once against the detail rows
+            n = len(mon._actor_cache)
+            assert _Counting.looked == n and mon._states_synced
+            for _ in range(3):
+                await mon.poll_actors()
+            assert _Counting.looked == n  # the same bytes: no row looked at
+            details.clear()
+            counted.__kwdefaults__["fail"].append(True)  # the next detail read fails
+            dead = c.kill_rank(2)
+            await mon.poll_actors()
+            await mon.poll_actors()  # the same base columns as the poll before, but not yet read in detail
+            state = {a.actor_id: a.state for a in mon.src.actors.value}
+        finally:
+            await mon.stop()
+    assert details == [True, False] and state[dead.actor_id] == "DEAD"

@@ -26,11 +26,16 @@ class ActorPolls(PollState):
             if not basic.ok:
                 self._record(self.src.actors, basic)
                 return
+            if basic.unchanged and self._states_synced and self.src.actors.value is not None:
+                # the same bytes as the last base columns, which were checked: nothing new, no row to look at
+                self._record(self.src.actors, replace(basic, value=self.src.actors.value))
+                return
             cache = self._actor_cache
             rows = basic.value or []
             # a new pid means a restart: the detail rows carry the restart count
-            if any(aid not in cache or cache[aid].state != st or (pid and cache[aid].pid != pid)
-                   for aid, st, pid, _ in rows):
+            self._states_synced = not any(aid not in cache or cache[aid].state != st or (pid and cache[aid].pid != pid)
+                                          for aid, st, pid, _ in rows)
+            if not self._states_synced:
                 detail = True
             elif basic.unchanged and self.src.actors.value is not None:
                 self._record(self.src.actors, replace(basic, value=self.src.actors.value))
@@ -48,6 +53,7 @@ class ActorPolls(PollState):
         if self._record(self.src.actors, r):
             if detail:
                 self._actor_cache = {a.actor_id: a for a in r.value or []}
+                self._states_synced = False  # the next base columns are checked against these rows
                 self._actor_detail_at = r.taken_at
             self.truncated = r.truncated
             await self._hist_ready()

@@ -135,6 +135,7 @@ class PollState(Engine):
         self.tasks_truncated: str | None = None  # the running tasks' list: cut at Ray's limit, or events lost
         self.seeded = False
         self._actor_cache: dict[str, RawActor] = {}
+        self._states_synced = False  # the last base columns read were checked against the detail rows
         self._index: tuple[list[RawActor], dict[str, RawActor], dict[str, list[RawActor]]] | None = None
         self._row_memo = BuildMemo()  # what the last build worked out, reused where nothing changed
         # node id → (summary node, detail node, the two merged): the same merged object while neither changed,
