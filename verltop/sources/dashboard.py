@@ -120,12 +120,13 @@ async def fetch_actor_states(client: DashboardClient, timeout_s: float = 10.0
 async def fetch_running_tasks(client: DashboardClient, timeout_s: float = 10.0, detail: bool = True
                               ) -> Result[list[RawTask]]:
     """RUNNING tasks (the state filter is evaluated in GCS); ``detail`` adds start times (3x the bytes)."""
+    key = f"running:{int(detail)}"
+
     def p(doc: Any, now: float) -> tuple[Any, str | None]:
-        rows, lr = parse.tasks(doc)
+        rows, lr = parse.tasks(doc, client.rows.setdefault(key, {}))
         return [t for t in rows if t.state == "RUNNING"], _trunc_note("tasks", lr)
 
-    return await _get_parsed(client, *reads.running_tasks(timeout_s, detail), timeout_s + 2, p,
-                             memo_key=f"running:{int(detail)}")
+    return await _get_parsed(client, *reads.running_tasks(timeout_s, detail), timeout_s + 2, p, memo_key=key)
 
 
 async def fetch_finished_tasks(client: DashboardClient, limit: int = 2000, timeout_s: float = 15.0,

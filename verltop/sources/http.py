@@ -62,6 +62,7 @@ class DashboardClient:
         self._relay_sem = asyncio.Semaphore(RELAY_INFLIGHT)
         self.requests = 0
         self.memo: dict[str, tuple[bytes, object]] = {}  # last answer per endpoint (see dashboard.py)
+        self.rows: dict[str, dict] = {}  # the last answer's parsed rows per endpoint, by their raw fields
         self.prefetch: wire.Prefetch | None = None  # reads a one-shot command sent before it was ready
 
     async def _ensure(self) -> Any:
