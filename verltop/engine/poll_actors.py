@@ -26,15 +26,12 @@ class ActorPolls(PollState):
             if not basic.ok:
                 self._record(self.src.actors, basic)
                 return
-            if basic.unchanged and self._states_synced and self.src.actors.value is not None:
-                # the same bytes as the last base columns, which were checked: nothing new, no row to look at
-                self._record(self.src.actors, replace(basic, value=self.src.actors.value))
-                return
             cache = self._actor_cache
             rows = basic.value or []
-            # a new pid means a restart: the detail rows carry the restart count
-            self._states_synced = not any(aid not in cache or cache[aid].state != st or (pid and cache[aid].pid != pid)
-                                          for aid, st, pid, _ in rows)
+            if not (basic.unchanged and self._states_synced):  # the same bytes as checked before: no row to look at
+                # a new pid means a restart: the detail rows carry the restart count
+                self._states_synced = not any(aid not in cache or cache[aid].state != st
+                                              or (pid and cache[aid].pid != pid) for aid, st, pid, _ in rows)
             if not self._states_synced:
                 detail = True
             elif basic.unchanged and self.src.actors.value is not None:

@@ -537,6 +537,8 @@ def node_stats(d: Any, now: float | None = None) -> Node | None:
 
 
 def legacy_data(doc: Any) -> dict[str, Any]:
+    """The ``data`` of an answer in the dashboard's own envelope (``result``, ``msg``, ``data``: the node
+    endpoints, not the State API's); ParseError for an error's answer or another shape."""
     if not isinstance(doc, dict):
         raise ParseError("dashboard answer is not a JSON object")
     if doc.get("result") is False:
