@@ -243,3 +243,33 @@ async def test_a_tick_just_before_a_snapshot_is_left_to_it_but_never_two_in_a_ro
         app.engine.paused = False
         await pilot_wait(pilot, lambda: app.snapshots_shown > shown, 10, "a snapshot shown after the pause")
         assert app._shown_at is not None and time.monotonic() - app._shown_at < 1.0  # the ticks' phase moved
+
+
+async def test_rows_worked_out_before_a_filter_are_not_shown(replay, monkeypatch):
+    """A snapshot's rows are worked out off the UI loop; a filter typed meanwhile makes them stale: the table
+    shows the filtered layout, not the rows of before until the next snapshot."""
+    import re
+
+    from verltop.ui.screens.main import MainScreen
+
+    app = make_app(replay.url)
+    async with app.run_test(size=(160, 40)) as pilot:
+        t = await wait_rows(pilot, app, 5)
+        screen = app.screen
+        real = MainScreen.table_rows
+        calls: list[int] = []
+
+        def meanwhile(self, snap):
+            rows = real(self, snap)
+            if not calls:  # the user's filter lands while the first layout is worked out
+                self.filter_rx = re.compile("no-such-actor")
+                self.layout_gen += 1
+            calls.append(len(rows))
+            return rows
+
+        monkeypatch.setattr(MainScreen, "table_rows", meanwhile)
+        app._pending = app.engine.latest
+        await app._show()
+        monkeypatch.setattr(MainScreen, "table_rows", real)
+        assert len(calls) == 2 and calls[0] >= 5 and calls[1] == 0  # the stale layout, then the filtered one
+        assert t.row_count <= 1 and screen.filter_rx is not None, t.row_count  # the header line at most

@@ -85,9 +85,11 @@ class VerltopApp(App):
             snap, self._pending = self._pending, None
             t0 = time.perf_counter()
             mains = [s for s in self.screen_stack if isinstance(s, MainScreen)]
+            gens = {id(m): m.layout_gen for m in mains}
             rows = {id(m): await asyncio.to_thread(m.table_rows, snap) for m in mains}
             for m in mains:
-                m.show_snapshot(snap, rows[id(m)])
+                # a filter typed (or a sort chosen) while the rows were worked out: theirs are stale
+                m.show_snapshot(snap, rows[id(m)] if m.layout_gen == gens[id(m)] else None)
             for other in self.screen_stack:  # the step timeline and other views of the snapshot
                 if not isinstance(other, MainScreen) and hasattr(other, "show_snapshot"):
                     other.show_snapshot(snap)

@@ -37,6 +37,9 @@ class MainScreen(Screen):
         self._last: Snapshot | None = None
         self._rows_memo = RowMemo()  # the last layout's actor rows, reused while their actor is the same
         self.toggled: dict[str, bool] = {}  # process trees the user opened or closed, by actor id
+        # counts the layouts asked for (filter, sort, grouping, trees): rows worked out off the UI loop before
+        # the last one are stale, not shown
+        self.layout_gen = 0
 
     def compose(self) -> ComposeResult:
         yield HeaderBar(id="header")
@@ -105,11 +108,13 @@ class MainScreen(Screen):
         self._header(self._last, False, now)
 
     def _redraw(self) -> None:
+        self.layout_gen += 1
         if self._last is not None:
             self.table.apply(self.table_rows(self._last))
 
     def redraw(self) -> None:
         """Lay the table out again (the marks of a new dump: STALLED may need more room) and say so under it."""
+        self.layout_gen += 1
         if self._last is not None and not self.paused:
             self.show_snapshot(self._last)
         else:
