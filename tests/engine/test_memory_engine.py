@@ -32,12 +32,15 @@ async def test_each_ranks_peak_in_its_phase_from_the_node_reports():
             if snap is None or snap.memory is None:
                 return None
             done = {s.index for s in snap.steps if not s.running}
-            ua = [p for p in snap.memory.by_phase if p.phase == "update_actor" and p.step in done and p.samples >= 2
-                  and p.worker_group]
-            return snap if len(ua) >= 4 else None
+            by = snap.memory.by_phase
+            ua = [p for p in by if p.phase == "update_actor" and p.step in done and p.samples >= 2 and p.worker_group]
+            # old_log_prob lasts 0.6 s here: on a loaded machine a step's can pass between two node reads
+            lp = [p for p in by if p.phase == "old_log_prob" and p.step in done and p.samples and p.worker_group]
+            return snap if len(ua) >= 4 and lp else None
 
         try:
-            snap = await wait_until_async(done_step, 40, "a finished step's update_actor booked for 4 ranks", step=0.5,
+            snap = await wait_until_async(done_step, 90, "finished steps' update_actor booked for 4 ranks and an "
+                                          "old_log_prob", step=0.5,
                                           detail=lambda: seen[0] and seen[0].memory and seen[0].memory.by_phase[-8:])
             mon.show_memory_phases(False)  # no view shows them (the TUI's main screen)
             off = (await mon.publish_now()).memory
