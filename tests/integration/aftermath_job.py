@@ -30,6 +30,8 @@ import ray
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, register
 
+from verltop.demo.rendezvous import join_gloo
+
 TIMEOUT_S = 3.0
 _GROUPS: dict[str, Any] = {}
 
@@ -55,8 +57,8 @@ class AftermathWorker(Worker):
 
         torch.set_num_threads(1)
         addr, port = self.get_master_addr_port()
-        dist.init_process_group(backend="gloo", init_method=f"tcp://{addr}:{port}", rank=self.rank,
-                                world_size=self.world_size, timeout=timedelta(seconds=TIMEOUT_S))
+        note = Path(self.state_dir, "rendezvous", f"{os.environ.get('WG_PREFIX', 'wg')}-{port}")
+        join_gloo(self.rank, self.world_size, addr, note, timedelta(seconds=TIMEOUT_S))
         for tag in ("wait", "give_up", "watch"):  # a fresh group per hang: a gloo group that timed out is spent
             _GROUPS[tag] = dist.new_group(backend="gloo", timeout=timedelta(seconds=TIMEOUT_S))
         ctx = ray.get_runtime_context()

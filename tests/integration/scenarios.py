@@ -48,6 +48,8 @@ import ray
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, register
 
+from verltop.demo.rendezvous import join_gloo
+
 PG_TIMEOUT = timedelta(hours=1)
 POLL_S = 0.2
 
@@ -88,8 +90,8 @@ class ScenarioWorker(Worker):
         torch.set_num_threads(1)
         if not dist.is_initialized():
             addr, port = self.get_master_addr_port()
-            dist.init_process_group(backend="gloo", init_method=f"tcp://{addr}:{port}", rank=self.rank,
-                                    world_size=self.world_size, timeout=PG_TIMEOUT)
+            note = self.state_dir / "rendezvous" / f"{os.environ.get('WG_PREFIX', 'wg')}-{port}"
+            join_gloo(self.rank, self.world_size, addr, note, PG_TIMEOUT)
             _SIDE_GROUP = dist.new_group(backend="gloo", timeout=PG_TIMEOUT)
         ctx = ray.get_runtime_context()
         info = {"group": self.group, "rank": self.rank, "world_size": self.world_size, "role": self.role,

@@ -211,7 +211,8 @@ def start_demo(
     (``GET /api/profiling_enabled`` tells a client which).
 
     The driver does not block: the job runs as ``TaskRunner.run``; this returns when all worker actors
-    exist, step 1 has started and the dashboard answers, or raises ``TimeoutError`` after ``wait_ready_s``.
+    exist, step 1 has started and the dashboard answers, or raises ``TimeoutError`` once ``wait_ready_s`` pass
+    without the controller moving on a stage of its start.
     On any error or Ctrl-C the cluster is stopped before the exception propagates. Must not be called while
     this process is connected to a Ray cluster; after ``stop()`` it can be called again.
     """
@@ -269,18 +270,26 @@ def start_demo(
 
 
 def _wait_ready(handle: DemoHandle, timeout_s: float) -> None:
+    """Wait for step 1 and the dashboard; give up after ``timeout_s`` without news from the controller (each
+    stage of its start counts as news: a loaded machine is slow, not stuck)."""
     import ray
 
     deadline = time.monotonic() + timeout_s
+    last = handle.progress()
     while True:
-        if handle.progress().get("step", 0) >= 1 and _dashboard_answers(handle):
+        now = handle.progress()
+        if now.get("step", 0) >= 1 and _dashboard_answers(handle):
             return
+        if now != last:
+            last, deadline = now, time.monotonic() + timeout_s
         done, _ = ray.wait([handle._run_ref], timeout=0)
         if done:
             ray.get(done[0])  # raises the controller's error
             raise RuntimeError("demo controller returned before step 1")
         if time.monotonic() > deadline:
-            raise TimeoutError(f"demo job not at step 1 after {timeout_s:.0f}s (progress: {handle.progress()})")
+            roles = sorted({f"{w.get('role')}:{w.get('rank')}" for w in handle.worker_pids().values()})
+            raise TimeoutError(f"demo job not at step 1: no progress for {timeout_s:.0f}s (progress: {now}; "
+                               f"processes up: {', '.join(roles) or 'none'})")
         time.sleep(0.5)
 
 

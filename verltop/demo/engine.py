@@ -1,7 +1,7 @@
 """The demo's inference engine, shaped like vLLM's multiprocess engine that verl's ``vLLMHttpServer`` starts.
 
     python -m verltop.demo.engine core --tp 2 --dp-rank 0 --state-dir DIR     (the server starts this)
-    python -m verltop.demo.engine worker --rank R --world 2 --port P ...       (the engine core starts these)
+    python -m verltop.demo.engine worker --rank R --world 2 --rendezvous F ...       (the engine core starts these)
 
 The process tree is vLLM's (``distributed_executor_backend="mp"``)::
 
@@ -87,17 +87,18 @@ def _send(out: IO[str], lock: threading.Lock, msg: dict[str, Any]) -> None:
 class Worker:
     """One tensor-parallel rank: a slice of a tiny model, and a gloo group with its TP peers."""
 
-    def __init__(self, rank: int, world: int, port: int, state_dir: str, seed: int) -> None:
+    def __init__(self, rank: int, world: int, rendezvous: str, state_dir: str, seed: int) -> None:
         from datetime import timedelta
 
         import torch
         import torch.distributed as dist
 
+        from verltop.demo.rendezvous import join_gloo
+
         torch.set_num_threads(1)
         self.torch, self.dist = torch, dist
         self.rank, self.world, self.state_dir = rank, world, Path(state_dir)
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                                timeout=timedelta(hours=2))
+        join_gloo(rank, world, "127.0.0.1", Path(rendezvous), timedelta(hours=2))
         torch.manual_seed(seed + rank)
         self.weight = torch.randn(HIDDEN, HIDDEN) / HIDDEN**0.5
         self.rng = random.Random(seed * 100 + rank)
@@ -169,7 +170,7 @@ def worker_main(a: argparse.Namespace) -> int:
     die_with_parent()
     set_title(f"VLLM::Worker_TP{a.rank}" if a.world > 1 else "VLLM::Worker")
     record_pid(a.state_dir, "tp_worker", a.rank)
-    w = Worker(a.rank, a.world, a.port, a.state_dir, a.seed)
+    w = Worker(a.rank, a.world, a.rendezvous, a.state_dir, a.seed)
     out = sys.stdout
     sys.stdout = sys.stderr  # the pipe is the protocol
     _send(out, threading.Lock(), {"ok": True, "ready": a.rank})
@@ -184,10 +185,11 @@ class MultiprocExecutor:
     """The TP workers, started as children of the engine core, and the rpc that reaches all of them."""
 
     def __init__(self, tp: int, state_dir: str, seed: int) -> None:
-        port = _free_port()
+        # the TP group's store port comes from its rank 0, through this file (see rendezvous.py)
+        note = Path(state_dir, "rendezvous", f"engine-{os.getpid()}")
         self.procs = [
             subprocess.Popen([sys.executable, "-m", "verltop.demo.engine", "worker", "--rank", str(r),
-                              "--world", str(tp), "--port", str(port), "--state-dir", state_dir, "--seed", str(seed)],
+                              "--world", str(tp), "--rendezvous", str(note), "--state-dir", state_dir, "--seed", str(seed)],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
             for r in range(tp)
         ]
@@ -280,14 +282,6 @@ class EngineCore:
             time.sleep(3600)
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def core_main(a: argparse.Namespace) -> int:
     set_title(f"VLLM::EngineCore_DP{a.dp_rank}")
     record_pid(a.state_dir, "engine_core", a.dp_rank)
@@ -311,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     w = sub.add_parser("worker")
     w.add_argument("--rank", type=int, required=True)
     w.add_argument("--world", type=int, required=True)
-    w.add_argument("--port", type=int, required=True)
+    w.add_argument("--rendezvous", required=True, help="where rank 0 writes its store's port")
     for p in (c, w):
         p.add_argument("--state-dir", required=True)
         p.add_argument("--seed", type=int, default=0)

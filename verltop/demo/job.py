@@ -105,6 +105,7 @@ class TaskRunner:
 
         # max_colocate_count=1: bundles of 1 CPU, so the 3 pools + TaskRunner need 9 logical CPUs.
         all_wg: dict[str, RayWorkerGroup] = {}
+        self._progress(0, "init", detail="worker groups spawn")
         all_wg |= build(RayResourcePool([4], use_gpu=False, name_prefix="global_pool", max_colocate_count=1),
                         {"actor_rollout": ActorRolloutWorker, "critic": CriticWorker})
         all_wg |= build(RayResourcePool([2], use_gpu=False, name_prefix="ref_pool", max_colocate_count=1),
@@ -116,10 +117,10 @@ class TaskRunner:
             raise ValueError(f"hang_rank {hang_rank} is outside the actor_rollout group (size {actor.world_size})")
 
         # verl's order: critic, ref, rm, then actor_rollout last.
-        critic.init_model()
-        ref.init_model()
-        rm.init_model()
-        actor.init_model()
+        for name, wg in (("critic", critic), ("ref", ref), ("rm", rm), ("actor_rollout", actor)):
+            self._progress(0, "init", detail=f"{name}.init_model")
+            wg.init_model()
+        self._progress(0, "init", detail="rollout server launch")
         ray.get(server_ready)
 
         # verl's trainer logs each step through Tracking; its console backend prints to this actor's stdout
@@ -230,9 +231,14 @@ class TaskRunner:
             adv[:, t] = last
         time.sleep(random.Random(f"adv:{step}").uniform(0.1, 0.3))
 
-    def _progress(self, step: int, phase: str, hanging: bool = False) -> None:
+    def _progress(self, step: int, phase: str, hanging: bool = False, detail: str | None = None) -> None:
         now = time.time()
-        _write_json(self.state_dir / PROGRESS_FILE, {"step": step, "phase": phase, "hanging": hanging, "time": now})
+        doc = {"step": step, "phase": phase, "hanging": hanging, "time": now}
+        if detail:  # where the start is, should it never get to step 1
+            doc["detail"] = detail
+        _write_json(self.state_dir / PROGRESS_FILE, doc)
+        if detail:  # the phase log keeps one line per phase
+            return
         with open(self.state_dir / PHASE_LOG, "a") as f:
             f.write(json.dumps({"step": step, "phase": phase, "time": now}) + "\n")
 

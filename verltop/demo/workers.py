@@ -29,6 +29,8 @@ from torch import nn
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, register
 
+from verltop.demo.rendezvous import join_gloo
+
 # Long enough that a demo hang never times out by itself; verl's default nccl_timeout is 600 s.
 PG_TIMEOUT = timedelta(hours=2)
 
@@ -48,6 +50,7 @@ PHASE_SECONDS: dict[str, tuple[float, float]] = {
 HUNG_FILE = "hung"
 RELEASE_FILE = "release"
 PIDS_DIR = "pids"
+RENDEZVOUS_DIR = "rendezvous"  # each group's store port, from its rank 0
 
 LEAK_STRETCH = 3.0  # update_actor lasts this many times longer while a leak is asked for
 LEAK_CAPPED_FILE = "leak_capped"  # written once when the leaking rank stops growing (its cap)
@@ -56,7 +59,7 @@ MICRO_BATCHES = 4
 HANG_MICRO_BATCH = 1  # the stuck rank skips the all_reduce of this micro-batch
 
 
-def init_process_group_once(worker: Worker) -> None:
+def init_process_group_once(worker: _DemoRole) -> None:
     """Join the worker group's gloo process group, once per process.
 
     Colocated roles (actor_rollout + critic) live in one WorkerDict process and must share one default
@@ -65,13 +68,9 @@ def init_process_group_once(worker: Worker) -> None:
     if dist.is_initialized():
         return
     addr, port = worker.get_master_addr_port()
-    dist.init_process_group(
-        backend="gloo",
-        init_method=f"tcp://{addr}:{port}",
-        rank=worker.rank,
-        world_size=worker.world_size,
-        timeout=PG_TIMEOUT,
-    )
+    # verl's master port names the group; the store's own port comes from rank 0 (see rendezvous.py)
+    note = worker.state_dir / RENDEZVOUS_DIR / f"{os.environ.get('WG_PREFIX', 'wg')}-{addr}-{port}"
+    join_gloo(worker.rank, worker.world_size, addr, note, PG_TIMEOUT)
 
 
 class _DemoRole(Worker):
