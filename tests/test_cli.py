@@ -150,3 +150,20 @@ def test_memory_without_a_dashboard_is_one_line():
     assert p.stderr.strip().splitlines() == [
         "verltop: error: dashboard not reachable at http://127.0.0.1:9: connection refused; is Ray running? use "
         "--address or RAY_DASHBOARD_ADDRESS"]
+
+
+def test_main_returns_in_a_process_that_is_a_ray_driver_of_its_own(replay, capsys, monkeypatch):
+    """``main`` is called in-process by scripts and tests; one that drives a Ray job of its own (as a test
+    beside the demo does) must get its return code back, not have its process ended under it (only the
+    ``verltop`` command's own process ends at once)."""
+    import types
+
+    from verltop.cli import main
+
+    ray = types.ModuleType("ray")
+    ray.is_initialized = lambda: True  # the process joined a cluster before verltop ran
+    monkeypatch.setitem(sys.modules, "ray", ray)
+    for argv in (["snapshot", "--json", "--no-local"], ["dump", "--json", "--no-local", "--samples", "1"]):
+        rc = main(["--address", replay.url, *argv])
+        out = capsys.readouterr().out
+        assert rc in (0, 1) and json.loads(out), (argv, rc)

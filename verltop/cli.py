@@ -171,7 +171,10 @@ _ended: list[str] = []  # the command main() ran (``run`` ends a one-shot one at
 def run() -> None:
     """The ``verltop`` command: ``main``, then a one-shot command's process ends at once. Its output is
     written and flushed; what is left is Python tearing down a thousand modules and their objects, ~25 ms
-    of a dump's 0.3 s. The TUI, watch, replay and demo end normally (the demo's exit handlers stop Ray)."""
+    of a dump's 0.3 s, and, where its probes joined the Ray cluster, Ray's exit handler shutting a driver down
+    (most of a second; the probes die with the driver anyway: none is detached). ``main`` itself never ends
+    the process: a caller that is a Ray driver of its own (a test beside the demo) goes on. The TUI, watch,
+    replay and demo end normally (the demo's exit handlers stop Ray)."""
     rc = main()
     if _ended and _ended[0] in ONE_SHOT:
         logging.shutdown()
@@ -200,15 +203,15 @@ def main(argv: list[str] | None = None) -> int:
             # the reads go out before the engine is imported (as dump's do)
             pre = prefetch_snapshot(resolve(args.address), args.timeout, nodes=args.cpu_window <= 0,
                                     trainer_log=not getattr(args, "metrics_file", None))
-            return _leave(asyncio.run(_snapshot(args, pre)))
+            return asyncio.run(_snapshot(args, pre))
         if cmd == "dump":
-            return _leave(asyncio.run(_dump(args, _prefetch(args))))
+            return asyncio.run(_dump(args, _prefetch(args)))
         if cmd == "memory":
             from verltop.cli_memory import memory
 
             return memory(args, _monitor, UserError)
         if cmd == "doctor":
-            return _leave(asyncio.run(_doctor(args)))
+            return asyncio.run(_doctor(args))
         if cmd == "demo":
             return _demo(args)
         if cmd == "watch":
@@ -251,17 +254,6 @@ def _print_json(doc: Any, large: bool) -> None:
             pass
     json.dump(doc, sys.stdout, indent=1)
     sys.stdout.write("\n")
-
-
-def _leave(rc: int) -> int:
-    """A command that joined the Ray cluster (its probes) ends at once: Ray's exit handler would spend most
-    of a second shutting a driver down, and the probes die with the driver anyway (none is detached)."""
-    ray = sys.modules.get("ray")
-    if ray is not None and getattr(ray, "is_initialized", lambda: False)():
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(rc)
-    return rc
 
 
 def _settings(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -503,4 +495,4 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
