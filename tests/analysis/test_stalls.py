@@ -169,3 +169,32 @@ def test_peers_finished_by_bisection_equals_a_scan():
             after = [e for a, e in last_of.items() if a != me and e > start]
             want = (len(after), max(after)) if after else None
             assert _peers_finished(runs, me, start, memo, ("wg", "m")) == want
+
+
+def test_peers_failed_by_bisection_equals_a_scan():
+    """The peers whose call failed since a rank began (a second of slack), from the method's index shared by
+    one build, equal a plain scan of the failures: how many actors, the last failure's time and error (ranks
+    that failed twice, the asking rank's own failures, ties, none since)."""
+    import random
+    from collections import deque
+    from types import SimpleNamespace
+
+    from verltop.analysis.history import FinishedRun
+    from verltop.analysis.stalls import _peers_failed
+
+    rnd = random.Random(5)
+    key = ("wg", "m")
+    for _ in range(200):
+        fs = deque(FinishedRun(f"a{rnd.randrange(12)}", 0.0, float(rnd.randrange(30)), f"e{i}")
+                   for i in range(rnd.randrange(1, 40)))
+        hist = SimpleNamespace(failures={key: fs})
+        memo: dict = {}
+        for _ in range(10):
+            me, start = f"a{rnd.randrange(14)}", rnd.randrange(-1, 31) + rnd.choice((0.0, 0.5))
+            mine = [f for f in fs if f.actor_id != me and f.end_s >= start - 1.0]
+            want = None
+            if mine:
+                last = max(mine, key=lambda f: f.end_s)
+                want = (len({f.actor_id for f in mine}), last.end_s, last.error)
+            v = SimpleNamespace(actor_id=me, start_s=start)
+            assert _peers_failed(hist, key, v, memo) == want
