@@ -67,3 +67,17 @@ def test_the_rows_mark_and_the_growth_sentence():
     assert headroom_mark(h) == f"GPU full in {int(h.steps_to_limit)} steps"
     assert "a0" not in low  # flat, with room
     assert "peers flat" in growth_sentence(v.growth[0])
+
+
+def test_an_unnamed_actor_is_named_by_its_role():
+    """The controller (TaskRunner: no name, no group, no rank) reads "the controller", not "an actor"."""
+    from verltop.model import Headroom
+    from verltop.text.memory import headroom_sentence, who
+    from verltop.text.oom import headroom_summary
+
+    h = Headroom("", "controller", None, None, "c1", "host", 400 << 20, 18 << 30, "ray_memory_threshold", None)
+    assert headroom_sentence(h).startswith("the controller: host peak")
+    assert headroom_summary(h, None, 4, 0.1).startswith("Memory: the controller")
+    assert who("wg", 1, "wgWorkerDict_0:1", "actor_rollout") == "rank 1 of wg"
+    assert who(None, None, "vllm_server_0_0", "rollout_server") == "vllm_server_0_0"
+    assert who(None, None, None, None) == "an actor"

@@ -21,10 +21,11 @@ def size(b: float | None) -> str:
     return f"{b / MIB:.0f} MiB"
 
 
-def who(worker_group: str | None, rank: int | None, actor_name: str | None) -> str:
+def who(worker_group: str | None, rank: int | None, actor_name: str | None, role: str | None = None) -> str:
+    """``rank 1 of wg``, the actor's name, ``the controller`` (an unnamed actor, by its role)."""
     if rank is not None and worker_group:
         return f"rank {rank} of {worker_group}"
-    return actor_name or worker_group or "an actor"
+    return actor_name or (f"the {role}" if role else None) or worker_group or "an actor"
 
 
 def growth_sentence(g: MemoryGrowth) -> str:
@@ -36,7 +37,7 @@ def growth_sentence(g: MemoryGrowth) -> str:
         tail = "peers flat"
     else:
         tail = f"peers +{size(peers)} per step"
-    return (f"{who(g.worker_group, g.rank, g.actor_name)}: +{size(g.bytes_per_step)} {KIND_WORD.get(g.kind, g.kind)} "
+    return (f"{who(g.worker_group, g.rank, g.actor_name, g.role)}: +{size(g.bytes_per_step)} {KIND_WORD.get(g.kind, g.kind)} "
             f"per step in {g.phase} over {g.steps} steps; {tail}")
 
 
@@ -56,7 +57,7 @@ def headroom_sentence(h: Headroom) -> str:
     src = {"gpu_total": "the GPU's total less other processes", "ray_memory_threshold":
            "the node's memory at Ray's kill threshold less other processes", "cgroup":
            "the container's limit at Ray's kill threshold less other processes"}.get(h.limit_source or "", "")
-    s = f"{who(h.worker_group, h.rank, h.actor_name)}: {KIND_WORD.get(h.kind, h.kind)} peak {size(h.peak_bytes)}"
+    s = f"{who(h.worker_group, h.rank, h.actor_name, h.role)}: {KIND_WORD.get(h.kind, h.kind)} peak {size(h.peak_bytes)}"
     if h.limit_bytes is not None:
         s += f" of {size(h.limit_bytes)}" + (f" ({src})" if src else "")
     if h.steps_to_limit is not None:

@@ -8,6 +8,7 @@ from verltop.analysis.rank_sets import compact_ints
 from verltop.model import ActorRow
 from verltop.model.memory import Headroom, MemoryGrowth, OomVerdict
 from verltop.text.cells import size
+from verltop.text.memory import who as memory_who
 
 _HOW = {
     "task_error": "its call raised torch's OutOfMemoryError",
@@ -107,8 +108,7 @@ def waiting_text(v: OomVerdict, waiting: list[ActorRow]) -> str:
 def headroom_summary(h: Headroom, growth: MemoryGrowth | None, steps: float, free: float) -> str:
     """The ``memory`` incident's line: ``Memory: rank 1 of actor_rollout has 4 steps left before its host limit
     (peak 3.1G of 3.4G, ray_memory_threshold; +150.0M per step in update_actor).``"""
-    who_ = f"rank {h.rank} of {h.worker_group}" if h.rank is not None and h.worker_group else (
-        h.actor_name or "an actor")
+    who_ = memory_who(h.worker_group, h.rank, h.actor_name, h.role)
     mem = "GPU" if h.kind == "gpu" else "host"
     if h.steps_to_limit is not None and h.steps_to_limit <= steps:
         head = f"has {h.steps_to_limit:.1f} steps left before its {mem} memory limit"
