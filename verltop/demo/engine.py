@@ -1,7 +1,7 @@
 """The demo's inference engine, shaped like vLLM's multiprocess engine that verl's ``vLLMHttpServer`` starts.
 
-    python -m verltop.demo.engine core --tp 2 --dp-rank 0 --state-dir DIR     (the server starts this)
-    python -m verltop.demo.engine worker --rank R --world 2 --rendezvous F ...       (the engine core starts these)
+    python -m verltop.demo.engine core --tp 2 --dp-rank 0 --state-dir DIR        (the server starts this)
+    python -m verltop.demo.engine worker --rank R --world 2 --rendezvous F ...   (the engine core starts these)
 
 The process tree is vLLM's (``distributed_executor_backend="mp"``)::
 
