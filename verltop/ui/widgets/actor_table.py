@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import operator
 
-from rich.cells import cell_len, set_cell_size
 from rich.console import Console
 from rich.style import Style
 from rich.text import Text
@@ -23,6 +22,7 @@ from verltop.text.cells import shorten
 from verltop.ui import keymap
 from verltop.ui.widgets import pending_rows
 from verltop.ui.widgets import process_rows as PR
+from verltop.ui.widgets.row_segments import RowSegments
 from verltop.ui.widgets.table_cells import actor_cell
 from verltop.ui.widgets.table_columns import PAD, SCROLLBAR, content_widths, fit_columns
 from verltop.ui.widgets.table_rows import layout_rows
@@ -43,14 +43,6 @@ def _middle(t: Text, keep: int, width: int) -> Text:
     out = head.copy()
     out.append(short, style=name.spans[0].style if name.spans else name.style)
     return out
-
-
-def _fit(plain: str, width: int) -> str:
-    """``plain`` cut to ``width`` cells with an ellipsis, or padded to it (``Text.truncate``'s ellipsis, pad)."""
-    n = cell_len(plain)
-    if n > width:
-        return set_cell_size(plain, width - 1) + "…"
-    return plain + " " * (width - n) if n < width else plain
 
 
 class ActorTable(ScrollView, can_focus=True):
@@ -91,6 +83,7 @@ class ActorTable(ScrollView, can_focus=True):
         self.rebuilds = 0  # times the row set or order changed
         self.cells_built = 0  # rows rendered
         self._row_console = Console(width=1000, color_system="truecolor", legacy_windows=False, force_terminal=True)
+        self._segments = RowSegments(self._row_console)
         self._shape: tuple[bool, bool, tuple] = (True, True, ())  # has_gpu, multi_node, content widths
         self._cols: tuple[Shown, ...] = fit_columns(200)
         self._age = self._age_index()
@@ -270,25 +263,14 @@ class ActorTable(ScrollView, can_focus=True):
     # ---------------------------------------------------------- drawing
 
     def _line_strip(self, cells: list, cols: tuple[Shown, ...], r: Row, selected: bool) -> Strip:
-        line = Text(no_wrap=True, overflow="crop")
-        for col, c in zip(cols, cells, strict=True):
-            if isinstance(c, Text) and c.spans:  # styled in parts: Rich cuts and pads it
-                t = c.copy()
-                t.truncate(col.width, overflow="ellipsis", pad=True)
-                line.append(" ")
-                line.append_text(t)
-                line.append(" ")
-                continue
-            # one style or none (most cells): fitted as a string, the same cut and padding without a copy
-            plain, style = (c.plain, c.style) if isinstance(c, Text) else (str(c), "")
-            plain = _fit(plain, col.width)
-            if style:
-                line.append(" ")
-                line.append(plain, style)
-                line.append(" ")
-            else:
-                line.append(f" {plain} ")
-        return self._finish(line, r, selected)
+        post = None
+        if r.header is not None:
+            post = self.get_component_rich_style("actor-table--group", partial=True)
+        if selected:
+            cur = self.get_component_rich_style("actor-table--cursor", partial=True)
+            post = cur if post is None else post + cur
+        segs, width = self._segments.line(cells, [c.width for c in cols], post)
+        return Strip(segs, width)
 
     def _finish(self, line: Text, r: Row, selected: bool) -> Strip:
         if r.header is not None:
