@@ -423,48 +423,49 @@ def build_snapshot(
 def _view(a: RawActor, group: str, method: str | None, row: ActorRow, running_s: float | None,
           start_s: float | None, has_gpu: bool) -> TaskView:
     """What the stall rules need of the actor's running call."""
-    return TaskView(actor_id=a.actor_id, group=group, method=method, task_id=row.task_id, running_s=running_s,
-                    start_s=start_s, has_gpu=has_gpu, gpu_util_percent=row.gpu_util_percent, state=a.state,
-                    death_cause=a.death_cause)
+    return TaskView(a.actor_id, group, method, row.task_id, running_s, start_s, has_gpu, row.gpu_util_percent,
+                    a.state, a.death_cause)
 
 
 def _row(a: RawActor, ident: R.Identity, node: Node | None, t: RawTask | None, method: str | None, role: str,
          roles: tuple[str, ...], running_s: float | None, start_s: float | None, proc: ProcStat | None,
          cpu: float | None, gpu: Gpu | None, gpu_mem: int | None, gpu_total: int | None, att: Any) -> ActorRow:
+    # positional, in the fields' order: a keyword call of 33 fields costs 3x (600 new rows a build)
     return ActorRow(
-        actor_id=a.actor_id,
-        actor_name=a.name,
-        class_name=a.class_name,
-        pid=a.pid,
-        node_id=a.node_id,
-        node_ip=node.ip if node else None,
-        state=a.state,
-        worker_group=ident.worker_group,
-        rank=ident.rank,
-        world_size=ident.world_size,
-        role=role,
-        roles=roles,
-        task=method or (t.name if t else None),
-        task_id=t.task_id if t else None,
-        task_running_s=running_s,
-        gpu_index=gpu.index if gpu else None,
-        gpu_util_percent=gpu.util_percent if gpu else None,
-        gpu_mem_bytes=gpu_mem,
-        gpu_mem_total_bytes=gpu_total,
-        cpu_percent=cpu,
-        rss_bytes=proc.rss_bytes if proc else None,
-        host_mem_total_bytes=node.mem_total_bytes if node else None,
-        death_cause=a.death_cause,
-        job_id=a.job_id,
-        fr_dump_prefix=ident.fr_dump_prefix,
-        fr_pipe_prefix=ident.fr_pipe_prefix,
-        task_start_s=start_s,
-        ras_addr=ident.ras_addr,
-        processes=att.processes if att else (),
-        processes_read_at=att.read_at if att else None,
-        death_text=a.death_text,
-        num_restarts=a.num_restarts,
-        gpu_power_w=gpu.power_w if gpu else None,
+        a.actor_id,  # actor_id
+        a.name,  # actor_name
+        a.class_name,  # class_name
+        a.pid,  # pid
+        a.node_id,  # node_id
+        node.ip if node else None,  # node_ip
+        a.state,  # state
+        ident.worker_group,  # worker_group
+        ident.rank,  # rank
+        ident.world_size,  # world_size
+        role,  # role
+        roles,  # roles
+        method or (t.name if t else None),  # task
+        t.task_id if t else None,  # task_id
+        running_s,  # task_running_s
+        gpu.index if gpu else None,  # gpu_index
+        gpu.util_percent if gpu else None,  # gpu_util_percent
+        gpu_mem,  # gpu_mem_bytes
+        gpu_total,  # gpu_mem_total_bytes
+        cpu,  # cpu_percent
+        proc.rss_bytes if proc else None,  # rss_bytes
+        node.mem_total_bytes if node else None,  # host_mem_total_bytes
+        (),  # stalls
+        a.death_cause,  # death_cause
+        a.job_id,  # job_id
+        ident.fr_dump_prefix,  # fr_dump_prefix
+        ident.fr_pipe_prefix,  # fr_pipe_prefix
+        start_s,  # task_start_s
+        ident.ras_addr,  # ras_addr
+        att.processes if att else (),  # processes
+        att.read_at if att else None,  # processes_read_at
+        a.death_text,  # death_text
+        a.num_restarts,  # num_restarts
+        gpu.power_w if gpu else None,  # gpu_power_w
     )
 
 

@@ -30,9 +30,10 @@ class StallSettings:
     restart_window_s: float = 600.0  # an ALIVE actor that restarted this recently is in a restart loop
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TaskView:
-    """What the rules need of one actor's running task."""
+    """What the rules need of one actor's running task. Not frozen (treat it as if it were): a build makes
+    one per running rank, and a frozen init costs 3x."""
 
     actor_id: str
     group: str
@@ -133,7 +134,13 @@ def stalls_for(v: TaskView, hist: TaskHistory, now: float, cfg: StallSettings,
                 out.append(Stall("peers", running_s=age, method=v.method, peers=n, peers_done_s=now - last))
     durs = hist.durations.get(key)
     if durs and len(durs) >= cfg.median_min_samples:
-        med = _median(durs)
+        # one median per method and snapshot, not per rank (a sort of the method's durations each)
+        mkey = ("median", key)
+        med = memo.get(mkey) if memo is not None else None
+        if med is None:
+            med = _median(durs)
+            if memo is not None:
+                memo[mkey] = med
         limit = max(cfg.median_factor * med, cfg.median_floor_s)
         if age > limit:
             out.append(Stall("median", running_s=age, method=v.method, median_s=med,
