@@ -24,6 +24,7 @@ from verltop.model import (
     Snapshot,
     SourceStatus,
 )
+from verltop.model.evolve import evolve
 
 if TYPE_CHECKING:
     from verltop.model import RasReport
@@ -324,7 +325,7 @@ def build_snapshot(
                 st = stalls_for(_view(a, gk, method, row, running_s, start_s, last[7]), hist, now, cfg,
                                 stall_memo)
                 if st:
-                    row = replace(row, stalls=st)
+                    row = evolve(row, stalls=st)
             emitted[i] = (last[5], row)
             continue
         method = R.method_of(t.func_name) if t else None
@@ -377,15 +378,15 @@ def build_snapshot(
             a, pending_actor.get(a.actor_id), data.pending, now, cfg.pending_after_s, cfg.startup_after_s,
             cfg.restart_window_s)
         if startup is not None and not alive:
-            row = replace(row, stalls=(startup,))
+            row = evolve(row, stalls=(startup,))
         elif not alive or (role not in _NO_STALL_ROLES and method is not None and running_s is not None):
             # (an alive rank with no call running has no stall: ``stalls_for`` answers () for it)
             st = stalls_for(_view(a, gk, method, row, running_s, start_s, gpu is not None), hist, now, cfg,
                             stall_memo)
             if st or startup is not None:
-                row = replace(row, stalls=(startup, *st) if startup is not None else st)
+                row = evolve(row, stalls=(startup, *st) if startup is not None else st)
         elif startup is not None:  # a controller or helper actor in a restart loop
-            row = replace(row, stalls=(startup,))
+            row = evolve(row, stalls=(startup,))
         emitted[i] = (sk, row)
         if t is None and alive and not a.num_restarts and not local and row is entry[4]:
             quiet[i] = emitted[i]  # idle, unjudged: the next build may take it as it is
@@ -400,7 +401,7 @@ def build_snapshot(
 
         by_actor = RAS.stalls(data.ras, [r for _, r in rows if r.state == "ALIVE"])
         if by_actor:
-            rows = [(k, replace(r, stalls=(by_actor[r.actor_id], *r.stalls))) if r.actor_id in by_actor else (k, r)
+            rows = [(k, evolve(r, stalls=(by_actor[r.actor_id], *r.stalls))) if r.actor_id in by_actor else (k, r)
                     for k, r in rows]
     ordered = _sorted(rows, memo)
     progress = now - hist.last_finish_s if hist.last_finish_s is not None else None

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from verltop.engine.polling import DETAIL_REFRESH_S, PollState
 from verltop.model import RawActor
+from verltop.model.evolve import evolve
 from verltop.sources import dashboard as D
 
 log = logging.getLogger("verltop.engine")
@@ -68,7 +69,7 @@ def refresh_s(actors: int) -> float:
 def _same_or_updated(cached: RawActor, pid: int | None, node_id: str | None) -> RawActor:
     if cached.pid == pid and cached.node_id == node_id:
         return cached
-    return replace(cached, pid=pid, node_id=node_id)
+    return evolve(cached, pid=pid, node_id=node_id)
 
 
 def _same(cached: RawActor | None, new: RawActor) -> RawActor:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import replace
 
 from verltop.analysis import roles as R
 from verltop.analysis.snapshot_build import group_key, running_task_rows
 from verltop.engine.polling import DETAIL_REFRESH_S, PollState
 from verltop.model import RawActor, RawTask
+from verltop.model.evolve import evolve
 from verltop.sources import dashboard as D
 
 log = logging.getLogger("verltop.engine")
@@ -63,7 +63,7 @@ class TaskPolls(PollState):
                 if old is not None and old.worker_pid == t.worker_pid and old.start_time_ms == starts[t.task_id]:
                     t = old
                 else:
-                    t = replace(t, start_time_ms=starts[t.task_id])
+                    t = evolve(t, start_time_ms=starts[t.task_id])
             fixed.append(t)
         live = {t.task_id for t in rows}
         for k in [k for k in starts if k not in live]:
