@@ -16,9 +16,11 @@ nothing moved after it (the dump-on-timeout files are byte-identical to the pipe
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
+import time
 from dataclasses import replace
 
 import pytest
@@ -397,3 +399,34 @@ async def test_trigger_and_read_says_when_no_fresh_dump_came(tmp_path):
     assert fr_findings(rows, states) == [NOTE[S]]
     assert report is not None and report.notes.count(NOTE[S]) == 1
     assert set(job.collectives) == {"a0", "a1"}
+
+
+async def test_a_dump_written_at_once_counts_as_fresh_though_its_file_time_is_coarse(tmp_path):
+    # a file's time comes from a coarse clock (a jiffy; a whole second on some filesystems): a dump written
+    # within milliseconds of the trigger can carry a time before it, and it is fresh all the same
+    os.mkfifo(tmp_path / "fr_pipe_0.pipe")
+    reader = os.open(tmp_path / "fr_pipe_0.pipe", os.O_RDONLY | os.O_NONBLOCK)
+    rows = [replace(row("a0", group="x2s", rank=0), fr_dump_prefix=str(tmp_path / "fr_rank_"),
+                    fr_pipe_prefix=str(tmp_path / "fr_pipe_"), node_id="here")]
+
+    async def rank0() -> None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # (no writer yet reads as b"", a writer with nothing as EAGAIN)
+            try:
+                if os.read(reader, 1):
+                    break
+            except BlockingIOError:
+                pass
+            await asyncio.sleep(0.01)
+        dump = tmp_path / "fr_rank_0"
+        shutil.copy(GPU_RUN / S / "fr" / "fr_rank_0.after_timeout", dump)
+        back = time.time() - 0.3  # as the filesystem's clock may say
+        os.utime(dump, (back, back))
+
+    try:
+        monitor = asyncio.ensure_future(rank0())
+        states, notes = await trigger_and_read(rows, wait_s=2.0)
+        await monitor
+    finally:
+        os.close(reader)
+    assert set(states) == {"a0"} and not [n for n in notes if "no fresh dump" in n], notes

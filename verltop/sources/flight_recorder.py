@@ -23,6 +23,7 @@ from verltop.model import ActorRow, FrEntry, FrRank
 
 DEFAULT_PREFIX = "/tmp/nccl_trace_rank_"  # torch's default TORCH_FR_DUMP_TEMP_FILE
 MAX_BYTES = 64 * 1024 * 1024
+MTIME_SLACK_S = 1.0
 
 
 # ---------------------------------------------------------------- parsing
@@ -141,7 +142,9 @@ def trigger(ranks: list[ActorRow]) -> tuple[int, list[str]]:
 async def trigger_and_read(ranks: list[ActorRow], wait_s: float = 15.0
                            ) -> tuple[dict[str, FrRank], list[str]]:
     """Ask for fresh dumps, wait until the files are rewritten (a few seconds), then read them."""
-    t0 = time.time()
+    # a file's time comes from a coarse clock (a jiffy; a whole second on some filesystems): a dump written
+    # just after the trigger can carry a time before ``time.time()`` of it; a dump from before is seconds older
+    t0 = time.time() - MTIME_SLACK_S
     ok, problems = trigger(ranks)
     if ok == 0:
         return {}, problems
