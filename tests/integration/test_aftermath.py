@@ -46,6 +46,12 @@ def _rank(d: dict[str, Any], rank: int) -> dict[str, Any]:
     return next(r for r in d["ranks"] if r["rank"] == rank and r["worker_group"] and r["process"] is None)
 
 
+def _stuck_dump(c: AftermathCluster, rank: int) -> dict[str, Any] | None:
+    """A dump in which ``rank``'s stack did not move between its two samples, or None."""
+    d = c.verltop("dump")
+    return d if _rank(d, rank)["stuck"] else None
+
+
 def _idle(c: AftermathCluster) -> bool:
     """Both ranks run nothing (Ray's task states come a moment after the calls end)."""
     rows = {a["actor_id"]: a for a in c.verltop("snapshot")["actors"]}
@@ -74,7 +80,9 @@ def test_the_straggler_stays_named_after_its_peers_collective_failed(aftermath, 
         assert st is not None, row1
         assert st["reason"].startswith("1 peer failed in actor_rollout_act ") and "waiting for it (" in st["reason"]
         assert "Timed out waiting" in st["cause"], st
-        d = c.verltop("dump")
+        # rank 1 polls a file every 0.1 s: on a loaded machine one of a dump's two samples can land in the
+        # poll, and a stack that moved is rightly not called stuck; wait for a dump where it did not
+        d = wait_until(lambda: _stuck_dump(c, 1), 60, "a dump in which rank 1's stack did not move", step=1)
         sus = d["suspects"]
         assert [(s["rank"], s["pid"]) for s in sus] == [(1, c.pids[1])], sus
         reason = sus[0]["reason"]
@@ -105,9 +113,11 @@ def test_a_controller_in_its_own_reward_function_ends_its_chain(aftermath):
             d = c.verltop("dump")
             ctl = next(r for r in d["ranks"] if r["role"] == "controller")
             frames = " ".join(f["func"] for f in ctl["stack"] or [])
-            return d if "my_reward_fn" in frames and _rank(d, 1)["task"] else None
+            # the function polls a file every 0.1 s: on a loaded machine one of the dump's two samples can
+            # land in the poll, and a stack that moved is rightly not called stuck; wait for one that did not
+            return d if "my_reward_fn" in frames and ctl["stuck"] and _rank(d, 1)["task"] else None
 
-        d = wait_until(ready, 60, "the controller in my_reward_fn", step=1)
+        d = wait_until(ready, 60, "the controller in my_reward_fn, its stack not moving", step=1)
         ctl = next(r for r in d["ranks"] if r["role"] == "controller")
         for ch in d["chains"]:  # no chain passes the controller on to the ranks it will wait on
             names = [h["actor_name"] for h in ch["path"]]
@@ -117,7 +127,8 @@ def test_a_controller_in_its_own_reward_function_ends_its_chain(aftermath):
             "my_reward_fn; its stack did not move" in d["suspects"][0]["reason"], d["suspects"]
     finally:
         c.release("reward")
-    assert c.reply(60)["score"] == 1.0
+        reply = c.reply(60)  # read even after a failed assertion: the next test's replies stay in step
+    assert reply["score"] == 1.0
 
 
 async def test_a_watch_escalates_with_the_peers_failure_and_a_later_dump_says_still(aftermath, tmp_path):
