@@ -273,3 +273,28 @@ async def test_rows_worked_out_before_a_filter_are_not_shown(replay, monkeypatch
         monkeypatch.setattr(MainScreen, "table_rows", real)
         assert len(calls) == 2 and calls[0] >= 5 and calls[1] == 0  # the stale layout, then the filtered one
         assert t.row_count <= 1 and screen.filter_rx is not None, t.row_count  # the header line at most
+
+
+async def test_a_screen_whose_widgets_went_while_its_rows_were_worked_out_is_skipped(replay, monkeypatch):
+    """The app closing while a snapshot's rows are worked out off the UI loop: its screens' widgets are gone
+    when the rows come back; the snapshot is dropped, not raised from a task nobody awaits (asyncio then
+    printed a traceback at exit)."""
+    from verltop.ui.screens.main import MainScreen
+    from verltop.ui.widgets.header_bar import HeaderBar
+
+    app = make_app(replay.url)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await wait_rows(pilot, app, 5)
+        header = app.screen.query_one(HeaderBar)
+        shown = app.snapshot
+        real = MainScreen.table_rows
+
+        def meanwhile(self, snap):
+            app.call_from_thread(header.remove)  # on the UI loop, while this runs off it
+            return real(self, snap)
+
+        monkeypatch.setattr(MainScreen, "table_rows", meanwhile)
+        app._pending = app.engine.latest
+        await app._show()  # no NoMatches out of it
+        monkeypatch.setattr(MainScreen, "table_rows", real)
+        assert app.snapshot is shown and not app.screen.query(HeaderBar)

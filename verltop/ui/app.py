@@ -8,6 +8,7 @@ from typing import Any
 
 from textual.app import App
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.timer import Timer
 
 from verltop.analysis.marks import SuspectMark, suspect_marks
@@ -87,12 +88,15 @@ class VerltopApp(App):
             mains = [s for s in self.screen_stack if isinstance(s, MainScreen)]
             gens = {id(m): m.layout_gen for m in mains}
             rows = {id(m): await asyncio.to_thread(m.table_rows, snap) for m in mains}
-            for m in mains:
-                # a filter typed (or a sort chosen) while the rows were worked out: theirs are stale
-                m.show_snapshot(snap, rows[id(m)] if m.layout_gen == gens[id(m)] else None)
-            for other in self.screen_stack:  # the step timeline and other views of the snapshot
-                if not isinstance(other, MainScreen) and hasattr(other, "show_snapshot"):
-                    other.show_snapshot(snap)
+            try:
+                for m in mains:
+                    # a filter typed (or a sort chosen) while the rows were worked out: theirs are stale
+                    m.show_snapshot(snap, rows[id(m)] if m.layout_gen == gens[id(m)] else None)
+                for other in self.screen_stack:  # the step timeline and other views of the snapshot
+                    if not isinstance(other, MainScreen) and hasattr(other, "show_snapshot"):
+                        other.show_snapshot(snap)
+            except NoMatches:
+                return  # the app closing while the rows were worked out off the loop: its screens' widgets are gone
             self.snapshot = snap  # what is on screen now
             self.last_layout_ms = (time.perf_counter() - t0) * 1000
             self.snapshots_shown += 1
@@ -156,5 +160,7 @@ class VerltopApp(App):
 
     async def on_unmount(self) -> None:
         self._unsubscribe()
+        if self._showing is not None:
+            self._showing.cancel()  # a snapshot half shown: the screens are going
         await self.engine.stop()
 
