@@ -75,8 +75,14 @@ def test_a_running_call_on_the_same_inputs_is_copied_with_its_new_age_and_judged
     d = data(acts, [ProcStat(pid=100, cpu_percent=5.0, rss_bytes=1 << 30, title="x")], [task])
     first = build_snapshot(d, hist, NOW, memo=memo)
     copied: list[str] = []
-    values = SB._ROW_VALUES
-    monkeypatch.setattr(SB, "_ROW_VALUES", lambda row: copied.append(row.actor_id) or values(row))
+    evolve = SB.evolve
+
+    def spy(row, **changes):  # the copy with its new age (a copy with stalls is another thing)
+        if "task_running_s" in changes:
+            copied.append(row.actor_id)
+        return evolve(row, **changes)
+
+    monkeypatch.setattr(SB, "evolve", spy)
     for dt in (2.0, 4000.0):  # 4000 s: past every age limit, so the rules name a stall
         again = build_snapshot(d, hist, NOW + dt, memo=memo)
         assert again == build_snapshot(d, hist, NOW + dt)

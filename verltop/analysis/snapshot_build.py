@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from itertools import compress, repeat
 from typing import TYPE_CHECKING, Any
 
@@ -101,9 +101,6 @@ _ID = operator.attrgetter("actor_id")
 _NODE_OF = operator.attrgetter("node_id")
 _KEY = operator.itemgetter(0)
 _ROW = operator.itemgetter(1)
-_ROW_FIELDS = tuple(f.name for f in fields(ActorRow))
-_ROW_VALUES = operator.attrgetter(*_ROW_FIELDS)  # a row's values in its fields' order, in C
-_RUNNING_AT = _ROW_FIELDS.index("task_running_s")
 
 PROBE_CLASS = "VerltopProbe"  # the class of sources/probe.py's actors (they live in namespace verltop-probe)
 
@@ -312,9 +309,7 @@ def build_snapshot(
             # is built anew for it every build; copied with the one field changed, not worked out)
             method, role, start_s = last[8]
             running_s = max(0.0, now - start_s)
-            args = list(_ROW_VALUES(last[4]))
-            args[_RUNNING_AT] = running_s
-            row = ActorRow(*args)
+            row = evolve(last[4], task_running_s=running_s)
             entry = (a, last[1], gk, (*last[3][:2], running_s, *last[3][3:]), row, last[5], last[6], last[7],
                      last[8])
             if kept is not None:

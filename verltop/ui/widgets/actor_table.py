@@ -263,12 +263,8 @@ class ActorTable(ScrollView, can_focus=True):
     # ---------------------------------------------------------- drawing
 
     def _line_strip(self, cells: list, cols: tuple[Shown, ...], r: Row, selected: bool) -> Strip:
-        post = None
-        if r.header is not None:
-            post = self.get_component_rich_style("actor-table--group", partial=True)
-        if selected:
-            cur = self.get_component_rich_style("actor-table--cursor", partial=True)
-            post = cur if post is None else post + cur
+        # (group and pending lines are drawn by ``_finish``: only the cursor lies over a line of cells)
+        post = self.get_component_rich_style("actor-table--cursor", partial=True) if selected else None
         segs, width = self._segments.line(cells, [c.width for c in cols], post)
         return Strip(segs, width)
 
