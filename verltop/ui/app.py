@@ -156,7 +156,10 @@ class VerltopApp(App):
         self._skipped = False
         for screen in self.screen_stack:
             if isinstance(screen, MainScreen) or hasattr(screen, "tick"):
-                screen.tick(self.clock())
+                try:
+                    screen.tick(self.clock())
+                except NoMatches:
+                    pass  # the app closing: this screen's widgets are gone before its timers
 
     async def on_unmount(self) -> None:
         self._unsubscribe()
