@@ -167,12 +167,12 @@ def child_probe(url: str, dead: int, argv: list[str]) -> int:
     from verltop.sources.pyspy import parse_text
 
     async def node_ids() -> list[str]:
-        c = DashboardClient(resolve(url), transport="stdlib")
+        c = DashboardClient(resolve(url))
         r = await D.fetch_nodes(c)
         return [n.node_id for n in r.value or []]
 
     dead_ids = set(asyncio.run(node_ids())[-dead:]) if dead else set()
-    client = DashboardClient(resolve(url), max_inflight=64, transport="stdlib")
+    client = DashboardClient(resolve(url), max_inflight=64)
     canned: list[Any] = []
     stack = (ThreadStack(1, "MainThread", False, False, (Frame("wait", "threading.py", 320),)),)
 

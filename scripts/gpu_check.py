@@ -371,7 +371,7 @@ class Scenario:
         from verltop.sources.flight_recorder import trigger_and_read
 
         async def trigger() -> tuple[int, list[str]]:
-            mon = Monitor(resolve(self.url), use_local=True, transport="stdlib")
+            mon = Monitor(resolve(self.url), use_local=True)
             try:
                 await mon.poll_once(seed=False)
                 snap = mon.snapshot()

@@ -386,7 +386,7 @@ async def _doctor(args: argparse.Namespace) -> int:
     from verltop.sources.http import DashboardClient
     from verltop.text.doctor import stage_text
 
-    client = DashboardClient(resolve(args.address), transport="stdlib")
+    client = DashboardClient(resolve(args.address))
     path = os.path.abspath(os.path.expanduser(args.path)) if args.path else None
     tty = sys.stderr.isatty() and not args.json
 

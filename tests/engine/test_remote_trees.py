@@ -12,7 +12,7 @@ from verltop.sources.config import Endpoint
 
 def test_a_node_leaving_drops_its_process_tree():
     mon = Monitor(Endpoint("http://127.0.0.1:9", "--address", None, None), Intervals(), StallSettings(),
-                  use_local=False, transport="stdlib")
+                  use_local=False)
     mon.remote.ask(["n1", "n2", "n3"])
     for n in ("n1", "n2", "n3"):
         mon.remote.trees[n] = ProcTree(100.0, roots=(1,), node_id=n)

@@ -84,7 +84,7 @@ async def test_no_timeline_reads_no_finished_tasks():
 async def test_one_shot_snapshot_fills_steps_from_the_seed():
     c = FakeCluster(nodes=1, gpus_per_node=4, seed=2, speed=10.0, history_s=40.0)
     async with FakeDashboard(c) as fd:
-        mon = monitor(fd.url, transport="stdlib")
+        mon = monitor(fd.url)
         await mon.poll_once()
         snap = mon.snapshot()
         await mon.stop()

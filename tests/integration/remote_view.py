@@ -30,7 +30,7 @@ async def until(mon: Monitor, ok, timeout: float, what: str):
 
 async def main(address: str, node_id: str, actor_id: str) -> dict:
     iv = Intervals(actors_s=0.5, tasks_s=1.0, nodes_s=2.0, node_detail_s=2.0, timeout_s=10.0, trees_s=2.0)
-    mon = Monitor(resolve(address), iv, StallSettings(), use_local=False, transport="stdlib")
+    mon = Monitor(resolve(address), iv, StallSettings(), use_local=False)
     shown: list = []
     mon.subscribe(shown.append)
     mon.start()

@@ -116,8 +116,7 @@ async def test_a_killed_server_leaves_an_orphan_engine(scenario_cluster, rollout
     c = scenario_cluster
     v = rollout["vllm"]
     iv = Intervals(actors_s=0.5, tasks_s=1.0, nodes_s=2.0, node_detail_s=2.0, local_s=0.5, timeout_s=10.0)
-    mon = Monitor(Endpoint(c.address, "--address", c.token, None), iv, StallSettings(), use_local=True,
-                  transport="stdlib")
+    mon = Monitor(Endpoint(c.address, "--address", c.token, None), iv, StallSettings(), use_local=True)
     mon.start()
     try:
         snap = await _until(mon, lambda s: [p.title for a in s.actors if a.actor_id == v["actor_id"]

@@ -51,6 +51,8 @@ def test_request_bytes_and_invalid_address():
     assert (host, port, https) == ("::1", 8265, False)
     assert req.startswith(b"GET /base/api/v0/actors?limit=5 HTTP/1.1\r\nHost: [::1]:8265\r\n")
     assert b"Authorization: Bearer tok\r\n" in req and b"Connection: close" in req and req.endswith(b"\r\n\r\n")
+    kept = wire.request("http://[::1]:8265/base", "/api/v0/actors", None, {}, keep_alive=True)[3]
+    assert b"Connection" not in kept  # HTTP/1.1 keeps it by default
     for bad in ("ftp://x", "http://:80", "http://host:notaport"):
         with pytest.raises(ValueError, match=wire.INVALID):
             wire.request(bad, "/api/version", None, {})
@@ -90,14 +92,14 @@ def test_both_transports_read_a_chunked_answer_in_pieces():
     assert wire.get(f"http://127.0.0.1:{port}", "/api/version", None, {}, 5.0) == (200, body, None, None)
     t.join(5)
     port, t = _serve_once(pieces)
-    client = DashboardClient(Endpoint(f"http://127.0.0.1:{port}", "--address", None, None), transport="stdlib")
+    client = DashboardClient(Endpoint(f"http://127.0.0.1:{port}", "--address", None, None))
     reply = asyncio.run(client.get("/api/version"))
     assert reply.ok and reply.body == body
 
 
 def test_cut_short_answer_is_a_connection_problem():
     port, _ = _serve_once([b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"partial\": "])
-    client = DashboardClient(Endpoint(f"http://127.0.0.1:{port}", "--address", None, None), transport="stdlib")
+    client = DashboardClient(Endpoint(f"http://127.0.0.1:{port}", "--address", None, None))
     reply = asyncio.run(client.get("/api/version"))
     assert not reply.ok and reply.error.kind == "connection" and "cut short" in reply.error.message
 
@@ -108,7 +110,7 @@ def test_prefetched_read_is_the_answer_the_client_gets(replay):
     pre = wire.Prefetch(replay.url, wire.headers(None), [reads.actors(t, True), reads.nodes(t)], t + 2)
 
     async def go() -> tuple:
-        c = DashboardClient(Endpoint(replay.url, "--address", None, None), transport="stdlib")
+        c = DashboardClient(Endpoint(replay.url, "--address", None, None))
         c.prefetch = pre
         first = await D.fetch_actors(c, t, detail=True)
         n = sum(1 for _, q in replay.requests if q.startswith("/api/v0/actors"))
@@ -131,7 +133,7 @@ def test_prefetch_failure_maps_like_any_request():
     pre = wire.Prefetch(url, {}, [reads.actors(1.0, True)], 2.0)
 
     async def go():
-        c = DashboardClient(Endpoint(url, "--address", None, None), transport="stdlib")
+        c = DashboardClient(Endpoint(url, "--address", None, None))
         c.prefetch = pre
         return await D.fetch_actors(c, 1.0, detail=True)
 

@@ -104,7 +104,6 @@ class PollState(Engine):
         stall: StallSettings | None = None,
         use_local: bool = True,
         use_nvml: bool | None = True,
-        transport: str = "aiohttp",
         clock: Callable[[], float] = time.time,
         ras_addrs: tuple[str, ...] = (),
         timeline: bool = True,
@@ -115,7 +114,7 @@ class PollState(Engine):
         watch_cluster_of(endpoint.address)
         self.iv = intervals or Intervals()
         self.stall = stall or StallSettings()
-        self.client = DashboardClient(endpoint, transport=transport)
+        self.client = DashboardClient(endpoint)
         self.hist = TaskHistory()
         self.oom_book = OomBook()  # the OOM verdicts' memory of deaths
         self.src = _Sources()

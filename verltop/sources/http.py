@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +17,7 @@ from verltop.convert import one_line
 from verltop.model import Problem
 from verltop.sources import wire
 from verltop.sources.config import TOKEN_PLACES, Endpoint
+from verltop.sources.streams import StreamPool
 from verltop.sources.wire import ALLOWED_PATHS, allowed  # noqa: F401 - the allow-list lives where requests are written
 
 RAY_RUNNING = "is Ray running? use --address or RAY_DASHBOARD_ADDRESS"
@@ -46,16 +46,14 @@ class Reply:
 
 
 class DashboardClient:
-    """One HTTP session per process; at most ``max_inflight`` requests at once (Ray's state server is
-    single-threaded, and answers 429 past its own limit). Both transports end in ``_reply``: one mapping
+    """One client per process; at most ``max_inflight`` requests at once (Ray's state server is
+    single-threaded, and answers 429 past its own limit). HTTP/1.1 on asyncio's own streams, connections kept
+    (``streams``); a read sent before the client was ready (``prefetch``) ends in ``_reply`` too: one mapping
     from what happened to a ``Reply``."""
 
-    def __init__(self, endpoint: Endpoint, max_inflight: int = 6, transport: str = "aiohttp") -> None:
-        """``transport="stdlib"``: HTTP/1.1 on asyncio's own streams, for one-shot commands (`verltop dump`,
-        `snapshot`): nothing to import (aiohttp takes 170 ms, http.client 10 ms) and no thread per request."""
+    def __init__(self, endpoint: Endpoint, max_inflight: int = 6) -> None:
         self.endpoint = endpoint
-        self.transport = transport
-        self._session: Any = None
+        self._pool = StreamPool()
         self._sem = asyncio.Semaphore(max_inflight)
         # relayed to the nodes' agents (py-spy there), not served by the single-threaded state server: a dump
         # of 128 nodes fans out wide; each node's own cap is the caller's (sources/stacks.py)
@@ -65,24 +63,11 @@ class DashboardClient:
         self.rows: dict[str, dict] = {}  # the last answer's parsed rows per endpoint, by their raw fields
         self.prefetch: wire.Prefetch | None = None  # reads a one-shot command sent before it was ready
 
-    async def _ensure(self) -> Any:
-        if self._session is None or self._session.closed:
-            import aiohttp  # deferred: keeps `verltop --help` and the analysis core free of it
-
-            self._session = aiohttp.ClientSession(
-                headers=self._headers(),
-                connector=aiohttp.TCPConnector(limit=RELAY_INFLIGHT + 16, ttl_dns_cache=300),
-                # no cookies, no env proxies: a dashboard on loopback must not go through a proxy
-                cookie_jar=aiohttp.DummyCookieJar(),
-            )
-        return self._session
-
     def _headers(self) -> dict[str, str]:
         return wire.headers(self.endpoint.token)
 
     async def close(self) -> None:
-        if self._session is not None and not self._session.closed:
-            await self._session.close()
+        self._pool.close()
 
     async def get(self, path: str, params: list[tuple[str, str]] | None = None, timeout_s: float = 10.0) -> Reply:
         """GET ``path`` (must be on the allow-list) and return its body, or a ``Problem``."""
@@ -96,51 +81,20 @@ class DashboardClient:
             return self._reply(path, timeout_s, time.monotonic() - t0, status, body, retry, exc)
         async with self._relay_sem if path.startswith("/worker/") else self._sem:
             self.requests += 1
-            if self.transport == "stdlib":
-                status, body, retry, exc = await self._get_stdlib(path, params, timeout_s)
-            else:
-                status, body, retry, exc = await self._get_aiohttp(path, params, timeout_s)
+            status, body, retry, exc = await self._get(path, params, timeout_s)
         return self._reply(path, timeout_s, time.monotonic() - t0, status, body, retry, exc)
 
-    async def _get_aiohttp(self, path: str, params: list[tuple[str, str]] | None, timeout_s: float
-                           ) -> tuple[int | None, bytes | None, str | None, BaseException | None]:
-        import aiohttp
-
+    async def _get(self, path: str, params: list[tuple[str, str]] | None, timeout_s: float) -> wire.Outcome:
+        """One GET on a kept connection (``streams``), read to the end within ``timeout_s``."""
         try:
-            session = await self._ensure()
-            async with session.get(self.endpoint.address + path, params=params, allow_redirects=False,
-                                   timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
-                return resp.status, await resp.read(), resp.headers.get("Retry-After"), None
-        except (asyncio.TimeoutError, aiohttp.ClientError, OSError, ValueError) as e:
-            return None, None, None, e
-
-    async def _get_stdlib(self, path: str, params: list[tuple[str, str]] | None, timeout_s: float) -> wire.Outcome:
-        """One GET on its own connection (``Connection: close``), read to the end within ``timeout_s``."""
-        try:
-            host, port, https, req = wire.request(self.endpoint.address, path, params, self._headers())
+            host, port, https, req = wire.request(self.endpoint.address, path, params, self._headers(), keep_alive=True)
         except ValueError as e:
             return None, None, None, e
-        writers: list[asyncio.StreamWriter] = []
-
-        async def exchange() -> tuple[int, bytes, str | None]:
-            reader, writer = await asyncio.open_connection(host, port, ssl=_ssl_context() if https else None,
-                                                           server_hostname=host if https else None)
-            writers.append(writer)
-            writer.write(req)
-            buf = bytearray()
-            while True:
-                data = await reader.read(1 << 16)
-                buf += data
-                if wire.complete(buf, not data):
-                    return wire.answer(buf)
-
         try:
-            return (*await asyncio.wait_for(exchange(), timeout_s), None)
+            return (*await asyncio.wait_for(self._pool.get(host, port, _ssl_context() if https else None, req),
+                                            timeout_s), None)
         except (OSError, asyncio.TimeoutError, ValueError, UnicodeError) as e:
             return None, None, None, e
-        finally:
-            for w in writers:
-                w.close()
 
     def _reply(self, path: str, timeout_s: float, dt: float, status: int | None, body: bytes | None,
                retry: str | None, exc: BaseException | None) -> Reply:
@@ -155,17 +109,15 @@ class DashboardClient:
 
     def transport_problem(self, e: BaseException, timeout_s: float) -> Problem:
         addr = self.endpoint.address
-        aio = sys.modules.get("aiohttp")
         if isinstance(e, (asyncio.TimeoutError, TimeoutError)):
             return Problem("timeout", f"dashboard did not answer within {timeout_s:g} s ({addr})")
-        if (aio is not None and isinstance(e, aio.InvalidURL)) or (type(e) is ValueError and str(e) == INVALID):
+        if type(e) is ValueError and str(e) == INVALID:
             return Problem("invalid_address", f"invalid dashboard address {addr!r}")
-        if isinstance(e, ConnectionRefusedError) or (aio is not None and isinstance(e, aio.ClientConnectorError)):
-            return Problem("unreachable", f"dashboard not reachable at {addr}: {_conn_reason(e)}", RAY_RUNNING)
-        cause = getattr(e, "os_error", None) or e  # aiohttp wraps the OSError
-        if isinstance(cause, socket.gaierror):  # `--address notaurl`: say which name did not resolve
+        if isinstance(e, ConnectionRefusedError):
+            return Problem("unreachable", f"dashboard not reachable at {addr}: connection refused", RAY_RUNNING)
+        if isinstance(e, socket.gaierror):  # `--address notaurl`: say which name did not resolve
             return Problem("unreachable", f"dashboard not reachable at {addr}: no such host "
-                           f"({one_line(cause) or 'name not known'})", RAY_RUNNING)
+                           f"({one_line(e) or 'name not known'})", RAY_RUNNING)
         return Problem("connection", f"dashboard connection to {addr} failed: {one_line(e) or e.__class__.__name__}")
 
     def status_problem(self, status: int, body: str, path: str) -> Problem:
@@ -212,14 +164,6 @@ def _retry_after(v: str | None, status: int) -> float | None:
         return max(1.0, min(60.0, float(v))) if v else 5.0
     except ValueError:
         return 5.0
-
-
-def _conn_reason(e: BaseException) -> str:
-    os_err = getattr(e, "os_error", None)  # aiohttp wraps the OSError
-    if isinstance(e, ConnectionRefusedError) or isinstance(os_err, ConnectionRefusedError):
-        return "connection refused"
-    s = str(getattr(os_err, "strerror", "") or os_err or e)
-    return s.lower() if s else "connection failed"
 
 
 def _ray_msg(body: str) -> str:

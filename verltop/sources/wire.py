@@ -1,7 +1,7 @@
 """HTTP/1.1 GET as bytes, importing nothing of verltop: the request for one path, and the answer split into
-status, body and Retry-After once it is complete. Two transports use it: asyncio streams (``http.py``,
-the one-shot commands' client) and a plain socket in a thread (``Prefetch``), which sends a one-shot
-command's first reads while the rest of verltop is still being imported.
+status, body and Retry-After once it is complete. Two transports use it: asyncio streams with kept
+connections (``streams.py``, the dashboard client's) and a plain socket in a thread (``Prefetch``), which
+sends a one-shot command's first reads while the rest of verltop is still being imported.
 """
 
 from __future__ import annotations
@@ -54,8 +54,10 @@ def headers(token: str | None) -> dict[str, str]:
     return h
 
 
-def request(address: str, path: str, params: Params, headers: dict[str, str]) -> tuple[str, int, bool, bytes]:
-    """``(host, port, https, request bytes)`` of one GET with ``Connection: close``; ValueError(INVALID)."""
+def request(address: str, path: str, params: Params, headers: dict[str, str], keep_alive: bool = False
+            ) -> tuple[str, int, bool, bytes]:
+    """``(host, port, https, request bytes)`` of one GET (``Connection: close`` unless ``keep_alive``);
+    ValueError(INVALID)."""
     u = urlsplit(address)
     try:
         port = u.port
@@ -67,12 +69,13 @@ def request(address: str, path: str, params: Params, headers: dict[str, str]) ->
     port = port or (443 if https else 80)
     target = (u.path.rstrip("/") + path) + ("?" + urlencode(params) if params else "")
     host = f"[{u.hostname}]" if ":" in u.hostname else u.hostname
-    head = [f"GET {target} HTTP/1.1", f"Host: {host}:{port}", "Accept-Encoding: identity", "Connection: close",
+    head = [f"GET {target} HTTP/1.1", f"Host: {host}:{port}", "Accept-Encoding: identity",
+            *(() if keep_alive else ("Connection: close",)),
             *(f"{k}: {v}" for k, v in headers.items())]
     return u.hostname, port, https, ("\r\n".join(head) + "\r\n\r\n").encode("latin-1")
 
 
-def _head(buf: bytes | bytearray) -> tuple[int, dict[str, str], int] | None:
+def parse_head(buf: bytes | bytearray) -> tuple[int, dict[str, str], int] | None:
     """Status, headers and where the body starts, once the head is in."""
     end = buf.find(b"\r\n\r\n")
     if end < 0:
@@ -92,7 +95,7 @@ def complete(buf: bytes | bytearray, eof: bool) -> bool:
     """Is the whole answer in ``buf``? (Cheap: called after every read.)"""
     if eof:
         return True
-    h = _head(buf)
+    h = parse_head(buf)
     if h is None:
         return False
     _, headers, start = h
@@ -105,7 +108,7 @@ def complete(buf: bytes | bytearray, eof: bool) -> bool:
 
 def answer(buf: bytes | bytearray) -> tuple[int, bytes, str | None]:
     """Status, body and Retry-After of a complete answer; ValueError when it is not one (cut short)."""
-    h = _head(buf)
+    h = parse_head(buf)
     if h is None:
         raise ValueError("the connection closed before the answer's head")
     status, headers, start = h
