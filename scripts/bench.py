@@ -61,12 +61,18 @@ class FakeServer:
 
 
 def child_first_frame(url: str, t_start: float) -> None:
-    """Process start (the parent's clock just before it spawned us) → first table rendered with rows."""
+    """Process start (the parent's clock just before it spawned us) → first table rendered with rows. The
+    first reads go out before the app is imported, as ``verltop`` sends them (``cli._tui``)."""
+    from verltop.engine.prefetch import prefetch_tui
     from verltop.sources.config import resolve
+
+    endpoint = resolve(url)
+    pre = prefetch_tui(endpoint, 10.0)
+
     from verltop.ui.app import VerltopApp
     from verltop.ui.widgets.actor_table import ActorTable
 
-    app = VerltopApp.live(resolve(url), use_local=False)
+    app = VerltopApp.live(endpoint, use_local=False, prefetch=pre)
 
     def check() -> None:
         t = app.screen.query(ActorTable)

@@ -4,8 +4,11 @@ before a change), each against its own synthetic dashboard, started together rou
 A shared machine's speed moves by tens of percent within minutes; runs one after the other then hide a 10 %
 change. Run side by side, a slow moment hits both, and the per-round ratio holds where the figures do not.
 Figures: CPU time per 2 s poll cycle of each TUI process (``bench --child idle``), and the ratio this/other.
+With ``--first-frame N``: the time from process start to the first table drawn, N starts of each checkout
+alternated against one synthetic dashboard (a start is too short to share the machine side by side).
 
     python -m scripts.bench_pair ../verltop-before [--size 1k|10k|64] [--rounds 6] [--secs 30]
+    python -m scripts.bench_pair ../verltop-before --first-frame 8
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import json
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from scripts.bench import PY, ROOT, FakeServer
@@ -35,16 +39,47 @@ def _result(p: subprocess.Popen, secs: float) -> dict:
     return json.loads(lines[-1])
 
 
+def _first_frame(tree: Path, url: str) -> float:
+    out = subprocess.run([PY, "-m", "scripts.bench", "--child", "first_frame", url, repr(time.time())], cwd=tree,
+                         capture_output=True, text=True, timeout=120)
+    lines = out.stdout.strip().splitlines()
+    if out.returncode != 0 or not lines:
+        raise SystemExit(f"a TUI start failed (exit {out.returncode})")
+    return json.loads(lines[-1])["first_frame_s"]
+
+
+def first_frames(here: Path, other: Path, size: str, n: int) -> None:
+    nodes, extra = SIZES[size]
+    srv = FakeServer(nodes, 8, extra)
+    ours, theirs = [], []
+    try:
+        for r in range(n):
+            order = [(here, ours), (other, theirs)]
+            if r % 2:
+                order.reverse()
+            for tree, out in order:
+                out.append(_first_frame(tree, srv.url))
+            print(f"start {r + 1}: this {ours[-1]:.2f} s, other {theirs[-1]:.2f} s", flush=True)
+    finally:
+        srv.stop()
+    print(f"{size} actors, first frame, {n} starts each: this {statistics.median(ours):.2f} s, other "
+          f"{statistics.median(theirs):.2f} s (medians; this {min(ours):.2f}–{max(ours):.2f}, other "
+          f"{min(theirs):.2f}–{max(theirs):.2f})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("other", type=Path, help="the other checkout (its scripts/bench.py runs its TUI)")
     ap.add_argument("--size", choices=sorted(SIZES), default="1k")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--secs", type=float, default=30.0, help="measured seconds per round (after 6 s of start-up)")
+    ap.add_argument("--first-frame", type=int, metavar="N", help="instead: N starts of each, to the first frame")
     a = ap.parse_args()
     other, here = a.other.resolve(), ROOT
     if not (other / "scripts" / "bench.py").exists():
         raise SystemExit(f"{other} is not a verltop checkout (no scripts/bench.py)")
+    if a.first_frame:
+        return first_frames(here, other, a.size, a.first_frame)
     nodes, extra = SIZES[a.size]
     ours, theirs, ratios = [], [], []
     for r in range(a.rounds):

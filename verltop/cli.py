@@ -420,13 +420,19 @@ async def _doctor(args: argparse.Namespace) -> int:
 
 
 def _tui(args: argparse.Namespace, demo: Any = None) -> int:
+    from verltop.engine.prefetch import prefetch_tui
+    from verltop.sources.config import resolve
+
+    endpoint = resolve(args.address)
+    pre = prefetch_tui(endpoint, args.timeout)  # answered while Textual and the engine are imported
+
     from verltop import logsetup
     from verltop.engine.monitor import Monitor
-    from verltop.sources.config import resolve
     from verltop.ui.app import VerltopApp
 
     iv, st = _settings(args)
-    mon = Monitor(resolve(args.address), iv, st, use_local=not args.no_local, ras_addrs=tuple(args.ras_addr or ()))
+    mon = Monitor(endpoint, iv, st, use_local=not args.no_local, ras_addrs=tuple(args.ras_addr or ()))
+    mon.client.prefetch = pre
     mon.training.metrics_file = getattr(args, "metrics_file", None)
     recorder = None
     if getattr(args, "record", None):

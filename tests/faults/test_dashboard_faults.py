@@ -183,8 +183,9 @@ async def _fault_and_recovery(app, pilot, apply: Callable[[], None], clear: Call
     # a source may have just begun its longest back-off: its next try, a snapshot, and room for a loaded machine
     await pilot_wait(pilot, lambda: not any(n in header(app) for n in needles) and not is_stale(app),
                      MAX_BACKOFF_S + 20, what="recovery",
-                     detail=lambda: [(s.name, s.backoff_s, s.error.text if s.error else None)
-                                     for s in app.engine.src.all() if s.error])
+                     detail=lambda: (header(app), is_stale(app), app.engine.snapshots_built,
+                                     [(s.name, s.backoff_s, s.error.text if s.error else None)
+                                      for s in (*app.engine.src.all(), app.engine.pending.state) if s.error]))
     assert len(t.keys) == len(keys)
 
 

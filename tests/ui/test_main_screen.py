@@ -318,3 +318,18 @@ async def test_the_clocks_tick_on_a_screen_whose_widgets_went(replay, monkeypatc
         app._tick()  # no NoMatches out of it
         monkeypatch.undo()
         assert app.screen.query_one(ActorTable).row_count >= 5
+
+
+async def test_the_first_polls_take_the_reads_sent_before_the_app(replay):
+    """`verltop` sends its first reads before Textual and the engine are imported (~0.4 s); the first polls
+    take those answers instead of asking again: each prefetched read is one a poll makes, to the parameter."""
+    from verltop.engine.prefetch import prefetch_tui, tui_reads
+
+    endpoint = Endpoint(replay.url, "--address", None, None)
+    pre = prefetch_tui(endpoint, 2.0)  # make_app's timeout
+    app = make_app(replay.url, prefetch=pre)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await wait_rows(pilot, app, 5)
+        await pilot_wait(pilot, lambda: app.engine.src.nodes.tries, 10, "the nodes asked once")
+        left = [r for r in tui_reads(2.0) if pre.take(*r) is not None]
+        assert left == [], left  # every one taken by a poll: none was sent for nothing

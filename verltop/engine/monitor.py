@@ -95,7 +95,7 @@ class Monitor(ActorPolls, TaskPolls, HistoryPolls, NodePolls, LocalPolls, Traini
             loop_specs.append((self._poll_ras, lambda: self.iv.tasks_s, None))
         for fn, iv, st in loop_specs:
             self._tasks.append(asyncio.create_task(self._loop(fn, iv, st), name=f"verltop-{fn.__name__}"))
-        self._tasks.append(asyncio.create_task(self._seed_with_retries()))
+        self._tasks.append(asyncio.create_task(self._seed_after_first()))
         self._tasks.append(asyncio.create_task(self._publisher(), name="verltop-publisher"))
 
     async def stop(self) -> None:
@@ -178,8 +178,15 @@ class Monitor(ActorPolls, TaskPolls, HistoryPolls, NodePolls, LocalPolls, Traini
                 self.last_build_ms = (time.perf_counter() - t0) * 1000
                 self.snapshots_built += 1
                 self._publish(snap)
+                self._first_built.set()
             except Exception:
                 log.error("building a snapshot failed", exc_info=True)
+
+    async def _seed_after_first(self) -> None:
+        """The history seed once the first snapshot is out: its read of finished calls (4 MB at 1,024 ranks,
+        and a long query for Ray's state server) would share the start with the reads the first frame waits for."""
+        await self._first_built.wait()
+        await self._seed_with_retries()
 
     async def _first_answers(self, grace_s: float = FIRST_FRAME_GRACE_S) -> None:
         """Until the actors have answered and every other source has been asked once (a first table without
@@ -202,6 +209,7 @@ class Monitor(ActorPolls, TaskPolls, HistoryPolls, NodePolls, LocalPolls, Traini
         self._dirty.clear()
         snap = await self.snapshot_async()
         self._publish(snap)
+        self._first_built.set()
         return snap
 
     # ---------------------------------------------------------- loops

@@ -157,6 +157,7 @@ class PollState(Engine):
         self.memory_phases = True  # work out the memory view's by_phase (``show_memory_phases``)
         self._last_build = 0.0
         self.snapshots_built = 0
+        self._first_built = asyncio.Event()  # the history seed waits for it (monitor.py)
         self.last_build_ms = 0.0
         self.ras_addrs = ras_addrs  # NCCL RAS addresses given by the user (else from the ranks' runtime env)
         self.ras: RasReport | None = None

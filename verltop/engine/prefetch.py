@@ -1,4 +1,4 @@
-"""What a one-shot command reads first, declared by the engine and sent before the engine is imported.
+"""What a command reads first, declared by the engine and sent before the engine is imported.
 
 ``verltop dump`` starts fast on purpose: its reads go out from threads while the engine is still being
 imported, and the dashboard client takes the answers when the engine asks for the same reads. This module
@@ -86,3 +86,16 @@ def prefetch_snapshot(endpoint: Endpoint, timeout_s: float, nodes: bool = True, 
     pre = wire.Prefetch(endpoint.address, wire.headers(endpoint.token), snapshot_reads(timeout_s), timeout_s + 2)
     pre.follow(reads.actors(timeout_s, True), lambda rows: snapshot_follow_ups(rows, nodes, trainer_log))
     return pre
+
+
+def tui_reads(timeout_s: float) -> list[reads.Read]:
+    """What the live view's first frame waits for (``Monitor._first_answers``): the actors with their detail,
+    the running tasks with theirs, the nodes and their summary, as the first poll of each asks."""
+    return [reads.actors(timeout_s, True), reads.running_tasks(timeout_s, True), reads.nodes(timeout_s),
+            reads.nodes_summary()]
+
+
+def prefetch_tui(endpoint: Endpoint, timeout_s: float) -> wire.Prefetch:
+    """Send the live view's first reads now, before Textual and the engine are imported (~0.4 s); the
+    dashboard answers meanwhile, and the first poll takes the answers (``DashboardClient.prefetch``)."""
+    return wire.Prefetch(endpoint.address, wire.headers(endpoint.token), tui_reads(timeout_s), timeout_s + 2)

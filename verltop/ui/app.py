@@ -51,12 +51,14 @@ class VerltopApp(App):
 
     @classmethod
     def live(cls, endpoint: Any, intervals: Any = None, stall: Any = None, use_local: bool = True, demo: Any = None,
-             clock: Any = None, autostart: bool = True) -> VerltopApp:
-        """The app on a live cluster: a ``Monitor`` of ``endpoint`` (a ``sources.config.Endpoint``)."""
+             clock: Any = None, autostart: bool = True, prefetch: Any = None) -> VerltopApp:
+        """The app on a live cluster: a ``Monitor`` of ``endpoint`` (a ``sources.config.Endpoint``).
+        ``prefetch``: its first reads, sent before the app was imported (``engine.prefetch.prefetch_tui``)."""
         from verltop.engine import Monitor
 
-        return cls(Monitor(endpoint, intervals, stall, use_local=use_local, clock=clock or time.time), demo=demo,
-                   autostart=autostart)
+        mon = Monitor(endpoint, intervals, stall, use_local=use_local, clock=clock or time.time)
+        mon.client.prefetch = prefetch
+        return cls(mon, demo=demo, autostart=autostart)
 
     def on_mount(self) -> None:
         from verltop.ui.screens.main import MainScreen
