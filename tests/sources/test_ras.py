@@ -324,3 +324,12 @@ async def test_read_remote_tries_the_next_node_and_says_why():
     assert calls == ["n1", "n2"] and probs == [] and [f.kind for f in RAS.findings(rep)] == ["mismatch"] * 2
     rep, probs = await nccl_ras.read_remote(call, [("n1", [("127.0.0.1", 1)])])
     assert rep is None and probs[0].text.startswith("NCCL RAS on node n1: cannot start a probe")
+
+
+async def test_read_remote_says_a_probe_failure_shared_by_its_nodes_once():
+    """No probe can start anywhere (verltop not on the cluster): one line names both nodes tried."""
+    async def call(node_id, timeout_s, fn, *args):
+        return None, Problem("probe", "cannot start a probe: ray.init failed")
+
+    rep, probs = await nccl_ras.read_remote(call, [("n1", [("127.0.0.1", 1)]), ("n2", [("127.0.0.1", 2)])])
+    assert rep is None and [p.text for p in probs] == ["NCCL RAS on nodes n1, n2: cannot start a probe: ray.init failed"]

@@ -66,6 +66,17 @@ def test_a_dead_node_costs_one_timeout_and_is_named():
     assert cap.notes == [f"node 10.0.3.1: no stack from {2 * PER_NODE} process(es) there (no answer within 10 s)"]
 
 
+def test_nodes_silent_for_one_reason_share_one_line():
+    """Six nodes that do not answer: one line names the first four and counts the rest, not six lines that say
+    the same (a whole cluster whose probes cannot start made a wall of text)."""
+    dead = {f"node{n}" for n in (1, 2, 3, 5, 6, 7)}
+    agents = Agents(0.01, dead, timeout_s=0.3)
+    cap = StackCapture(agents, frozenset(), DumpOptions(samples=1, via="dashboard"))  # type: ignore[arg-type]
+    asyncio.run(cap.capture(ranks(8, 2)))
+    assert cap.notes == ["6 nodes (10.0.1.1, 10.0.2.1, 10.0.3.1, 10.0.5.1 and 2 more): no stack from 12 processes "
+                         "there (no answer within 10 s)"], cap.notes
+
+
 def test_1024_ranks_on_128_nodes_fan_out_in_parallel():
     agents = Agents(0.05, set(), timeout_s=1.0)
     targets = ranks(128, 8)

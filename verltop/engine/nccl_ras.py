@@ -73,11 +73,12 @@ async def read_remote(call: Callable[..., Awaitable[tuple[Any, Problem | None]]]
     """RAS asked on other nodes through ``call(node_id, timeout_s, fn, *args)`` (a probe), one node at a time
     until one answers (its answer covers the job); at most ``max_nodes`` tried."""
     problems: list[Problem] = []
+    no_probe: dict[str, tuple[Problem, list[str]]] = {}  # the probe's failure → the nodes it failed on
     for node_id, addrs in candidates[:max_nodes]:
         for host, port in addrs:
             got, problem = await call(node_id, timeout_s + 2, ras_remote.status, host, port, timeout_s)
             if problem is not None:
-                problems.append(problem.with_message(f"NCCL RAS on node {node_id[:8]}: {problem.message}"))
+                no_probe.setdefault(problem.message, (problem, []))[1].append(node_id[:8])
                 break  # the probe itself failed there: the next node
             body, err = got
             if body is None:
@@ -87,4 +88,7 @@ async def read_remote(call: Callable[..., Awaitable[tuple[Any, Problem | None]]]
             if report is not None:
                 return report, []
             problems.append(Problem("ras_protocol", f"NCCL RAS on node {node_id[:8]}: {perr}"))
+    # one line per cause: a probe that cannot start anywhere fails the same way on every node
+    problems += [p.with_message(f"NCCL RAS on node{'s' if len(ns) > 1 else ''} {', '.join(ns)}: {p.message}")
+                 for p, ns in no_probe.values()]
     return None, problems

@@ -38,6 +38,7 @@ _PLUMBING = headstart.PLUMBING
 
 NODE_FAILURES = ("timeout", "node_silent", "probe")  # the node did not answer, not the process
 PER_NODE = 8  # py-spy runs at once on one other node (its agent or probe runs them side by side)
+MISSING_NAMED = 4  # nodes named in a line for those that gave no stack for one reason
 PROFILING_OFF_NOTE = "dashboard profiling is off (RAY_DASHBOARD_ENABLE_PROFILING); using a probe actor per node"
 
 
@@ -249,11 +250,22 @@ class StackCapture:
             if got[-1].error.kind in NODE_FAILURES and row.node_id:
                 by_node.setdefault(row.node_id, []).append(got[-1].error)
                 ips[row.node_id] = row.node_ip
+        # nodes that failed for the same reason (no probe can start anywhere: one cause) share one line
+        by_why: dict[str, list[tuple[str, int]]] = {}
         for node, errs in sorted(by_node.items(), key=lambda kv: ips[kv[0]] or kv[0]):
             first = errs[0]
             why = (f"no answer within {self.opts.per_process_timeout + 5:g} s" if first.kind != "probe"
                    else first.message)
-            self._note(f"node {ips[node] or node[:8]}: no stack from {len(errs)} process(es) there ({why})")
+            by_why.setdefault(why, []).append((ips[node] or node[:8], len(errs)))
+        for why, nodes in by_why.items():
+            if len(nodes) == 1:
+                (name, n), = nodes
+                self._note(f"node {name}: no stack from {n} process(es) there ({why})")
+                continue
+            names = ", ".join(name for name, _ in nodes[:MISSING_NAMED])
+            more = f" and {len(nodes) - MISSING_NAMED} more" if len(nodes) > MISSING_NAMED else ""
+            self._note(f"{len(nodes)} nodes ({names}{more}): no stack from {sum(n for _, n in nodes)} "
+                       f"processes there ({why})")
 
 
 def _remote_problem(p: Problem) -> Problem:
