@@ -72,9 +72,13 @@ def test_nodes_silent_for_one_reason_share_one_line():
     dead = {f"node{n}" for n in (1, 2, 3, 5, 6, 7)}
     agents = Agents(0.01, dead, timeout_s=0.3)
     cap = StackCapture(agents, frozenset(), DumpOptions(samples=1, via="dashboard"))  # type: ignore[arg-type]
-    asyncio.run(cap.capture(ranks(8, 2)))
+    asyncio.run(cap.capture(ranks(12, 2)))
     assert cap.notes == ["6 nodes (10.0.1.1, 10.0.2.1, 10.0.3.1, 10.0.5.1 and 2 more): no stack from 12 processes "
                          "there (no answer within 10 s)"], cap.notes
+    agents = Agents(0.01, {"node2", "node10", "node11"}, timeout_s=0.3)  # named in the addresses' order
+    cap = StackCapture(agents, frozenset(), DumpOptions(samples=1, via="dashboard"))  # type: ignore[arg-type]
+    asyncio.run(cap.capture(ranks(12, 2)))
+    assert cap.notes[0].startswith("3 nodes (10.0.2.1, 10.0.10.1, 10.0.11.1): "), cap.notes
 
 
 def test_1024_ranks_on_128_nodes_fan_out_in_parallel():

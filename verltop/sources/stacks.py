@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -252,7 +253,7 @@ class StackCapture:
                 ips[row.node_id] = row.node_ip
         # nodes that failed for the same reason (no probe can start anywhere: one cause) share one line
         by_why: dict[str, list[tuple[str, int]]] = {}
-        for node, errs in sorted(by_node.items(), key=lambda kv: ips[kv[0]] or kv[0]):
+        for node, errs in sorted(by_node.items(), key=lambda kv: _natural(ips[kv[0]] or kv[0])):
             first = errs[0]
             why = (f"no answer within {self.opts.per_process_timeout + 5:g} s" if first.kind != "probe"
                    else first.message)
@@ -266,6 +267,11 @@ class StackCapture:
             more = f" and {len(nodes) - MISSING_NAMED} more" if len(nodes) > MISSING_NAMED else ""
             self._note(f"{len(nodes)} nodes ({names}{more}): no stack from {sum(n for _, n in nodes)} "
                        f"processes there ({why})")
+
+
+def _natural(s: str) -> tuple:
+    """Sort key: 10.1.0.2 before 10.1.0.10 (digits as numbers; strings and numbers alternate, so they align)."""
+    return tuple(int(p) if i % 2 else p for i, p in enumerate(re.split(r"(\d+)", s)))
 
 
 def _remote_problem(p: Problem) -> Problem:
