@@ -97,7 +97,8 @@ def main() -> None:
         ours.append(mine)
         theirs.append(base)
         ratios.append(mine / base)
-        print(f"round {r + 1}: this {mine:.1f} ms, other {base:.1f} ms a cycle: {ratios[-1]:.3f}", flush=True)
+        print(f"round {r + 1}: this {mine:.1f} ms, other {base:.1f} ms a cycle: {ratios[-1]:.3f}; peak RSS "
+              f"{got[here]['rss_mb']:.0f} / {got[other]['rss_mb']:.0f} MB", flush=True)
     print(f"{a.size} actors, {a.rounds} rounds: this {statistics.median(ours):.1f} ms, other "
           f"{statistics.median(theirs):.1f} ms (medians); this/other {statistics.median(ratios):.3f} "
           f"({min(ratios):.3f}–{max(ratios):.3f})")

@@ -109,3 +109,52 @@ async def test_unchanged_states_are_not_looked_at_again_unless_a_detail_read_fai
         finally:
             await mon.stop()
     assert details == [True, False] and state[dead.actor_id] == "DEAD"
+
+
+async def test_running_tasks_detail_rows_are_read_where_a_start_cannot_be_estimated():
+    # a task that appeared since the last poll started within its interval: its start is estimated; the 1.6 MB
+    # detail rows (at 1,024 ranks) are read on the first poll, after a gap between polls, and now and then
+    import time
+
+    from verltop.engine.polling import DETAIL_REFRESH_S
+
+    clk = FakeClock()
+    c = FakeCluster(nodes=1, gpus_per_node=4, seed=5, clock=clk, rollout_mode="sync")
+    async with FakeDashboard(c) as fd:
+        mon = Monitor(Endpoint(fd.url, "--address", None, None), Intervals(timeout_s=5.0), use_local=False)
+
+        def detail_reads() -> int:
+            return sum(r.path == "/api/v0/tasks" and "detail=1" in r.query and "RUNNING" in r.query
+                       for r in list(fd.stats.log))
+
+        async def new_tasks() -> tuple[set[str], float, float]:
+            """Move the job on until the running calls are others; poll; (their ids, the poll's time span)."""
+            before = set(mon._task_starts)
+            for _ in range(200):
+                clk.advance(2.0)
+                if {t["task_id"] for t in c.task_snapshot().running} - before:
+                    break
+            t0 = time.time()
+            await mon._poll_tasks()
+            return {t.task_id for t in mon.src.tasks.value or []} - before, t0, time.time()
+
+        try:
+            await mon.poll_once(seed=True)
+            assert detail_reads() == 1 and mon._task_starts  # the first poll: every running call's start read
+            prev = mon._last_task_poll
+            fresh, _, t1 = await new_tasks()
+            assert fresh and detail_reads() == 1  # polls an interval apart: estimated, no detail read
+            starts = {mon._task_starts[t] / 1000 for t in fresh}
+            assert all(prev <= s <= t1 for s in starts), (prev, starts, t1)  # the middle of the interval
+            mon._last_task_poll = time.time() - 10 * mon.iv.tasks_s  # a gap: the polls in between failed
+            fresh, _, _ = await new_tasks()
+            assert fresh and detail_reads() == 2
+            byid = {t["task_id"]: t for t in c.task_snapshot().running}
+            assert all(mon._task_starts[t] == byid[t]["start_time_ms"] for t in fresh)  # read, not estimated
+            fresh, _, _ = await new_tasks()
+            assert fresh and detail_reads() == 2
+            mon._task_detail_at = time.time() - DETAIL_REFRESH_S - 1  # the estimates put right now and then
+            fresh, _, _ = await new_tasks()
+            assert fresh and detail_reads() == 3
+        finally:
+            await mon.stop()

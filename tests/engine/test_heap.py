@@ -39,3 +39,26 @@ def _growth(mode: str) -> int:
 def test_large_blocks_freed_leave_no_heap_behind():
     assert _growth("default") >= 12  # the probe shows the problem where nothing is fixed
     assert _growth("fixed") < 6
+
+
+GC_PROBE = """
+import gc
+from verltop.engine.heap import fit_gc, settle_gc
+fit_gc(100)  # not settled yet: Python's own thresholds stand
+print(gc.get_threshold()[0])
+settle_gc(1_024)
+print(gc.get_threshold()[0], gc.get_freeze_count() > 0)
+fit_gc(10_000)  # the job grew past the small-job threshold
+print(gc.get_threshold()[0])
+fit_gc(500)
+print(gc.get_threshold()[0])
+"""
+
+
+def test_the_young_generation_is_collected_by_the_jobs_size():
+    out = subprocess.run([sys.executable, "-c", GC_PROBE], capture_output=True, text=True, timeout=60, check=True)
+    default, settled, grown, shrunk = out.stdout.split("\n")[:4]
+    assert default == "700"
+    assert settled == "30000 True"  # a 1,024-actor job: young collections a third as often
+    assert grown == "10000"  # 10,000 actors: the peak RSS holds its budget
+    assert shrunk == "30000"

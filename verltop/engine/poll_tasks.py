@@ -16,15 +16,18 @@ from verltop.sources import dashboard as D
 log = logging.getLogger("verltop.engine")
 
 FAILURE_READ_S = 10.0
+GAP_INTERVALS = 2.5  # polls further apart than this many intervals: a new task's start is not estimated
 
 
 class TaskPolls(PollState):
     """The running and waiting tasks."""
 
     async def _poll_tasks(self) -> None:
-        """Running tasks. Start times need the detail rows (3x the bytes): they are read when unknown tasks
-        appear and at most every ``DETAIL_REFRESH_S / 3``; until then a new task's start is estimated as
-        the middle of the poll interval it appeared in."""
+        """Running tasks. Start times need the detail rows (3x the bytes, 1.6 MB at 1,024 ranks): a task that
+        appeared since the last poll started within its interval, whose middle is its start's estimate (off by
+        at most half the interval). The detail rows are read when that does not hold for the unknown tasks (the
+        first poll; a gap since the last poll, which failed or was paused) and, while unknown tasks keep
+        appearing, every ``DETAIL_REFRESH_S`` to put the estimates right."""
         now = time.time()
         starts = self._task_starts
         since = now - (self._task_detail_at or 0)
@@ -32,7 +35,8 @@ class TaskPolls(PollState):
         detailed = self._task_detail_at is None
         if r.ok and not detailed:
             unknown = [t for t in r.value or [] if t.task_id not in starts]
-            if unknown and since > DETAIL_REFRESH_S / 3:
+            gap = r.taken_at - (self._last_task_poll or 0) > GAP_INTERVALS * self.iv.tasks_s
+            if unknown and (gap or since > DETAIL_REFRESH_S):
                 r = await D.fetch_running_tasks(self.client, self.iv.timeout_s, detail=True)
                 detailed = True
         if not self._record(self.src.tasks, r):

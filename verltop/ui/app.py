@@ -13,7 +13,7 @@ from textual.timer import Timer
 
 from verltop.analysis.marks import SuspectMark, suspect_marks
 from verltop.engine import Engine
-from verltop.engine.heap import HeapTrim, settle_gc
+from verltop.engine.heap import HeapTrim, fit_gc, settle_gc
 from verltop.model import DumpReport, Snapshot
 
 TICK_S = 1.0  # the clocks on screen (task ages, the data's age) move once a second
@@ -104,7 +104,9 @@ class VerltopApp(App):
             self.snapshots_shown += 1
             self._rephase_ticks()
         if self.snapshots_shown == 2:  # past the first frame: the collection below does not delay it
-            settle_gc()
+            settle_gc(len(self.snapshot.actors) if self.snapshot else 0)
+        elif self.snapshots_shown > 2 and self.snapshot is not None:
+            fit_gc(len(self.snapshot.actors))
         self._heap.tick()
 
     async def show_now(self) -> None:
