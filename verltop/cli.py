@@ -442,10 +442,11 @@ def _tui(args: argparse.Namespace, demo: Any = None) -> int:
             recorder = record_writer(args.record, mon.address, st.stall_after_s).attach(mon)
         except OSError as e:
             raise UserError(str(e)) from None
-    logsetup.to_file(args.log_file)
-    app = VerltopApp(mon, demo=demo, memory_phases=recorder is not None)
+    log = logsetup.to_file(args.log_file)
     try:
-        app.run()
+        with logsetup.native_stderr_to(log):  # before the app: Textual takes the terminal's stream at its start
+            app = VerltopApp(mon, demo=demo, memory_phases=recorder is not None)
+            app.run()
     finally:
         if recorder is not None:
             recorder.close()

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -51,3 +54,40 @@ def to_stderr() -> None:
     h = logging.StreamHandler()
     h.setFormatter(_OneLine("verltop: %(levelname)s: %(message)s"))
     root.addHandler(h)
+
+
+NATIVE_LOG_MAX = 8 << 20  # the file of native writes is started afresh at a TUI's start beyond this
+
+
+@contextmanager
+def native_stderr_to(log_path: Path | None) -> Iterator[Path | None]:
+    """While the TUI owns the terminal, writes to file descriptor 2 that bypass Python go to ``<log>.native``
+    (mode 0600) instead of over the screen: Ray's core worker (joined to read the other nodes through probes)
+    logs from C++ threads straight to fd 2, for instance when its cluster goes away. Textual and Python's
+    ``sys.stderr`` keep the terminal, through a duplicate of the descriptor. Yields the file, or None where
+    nothing was moved (no log file, or the descriptors could not be set up)."""
+    if log_path is None or sys.__stderr__ is None:
+        yield None
+        return
+    native = log_path.with_name(log_path.name + ".native")
+    try:
+        if native.exists() and native.stat().st_size > NATIVE_LOG_MAX:
+            native.unlink()
+        fd = os.open(native, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        sys.__stderr__.flush()
+        tty_fd = os.dup(2)
+    except OSError:
+        yield None
+        return
+    old_std, old_err = sys.__stderr__, sys.stderr
+    tty = os.fdopen(tty_fd, "w", buffering=1, encoding=old_std.encoding, errors=old_std.errors)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.__stderr__ = sys.stderr = tty
+    try:
+        yield native
+    finally:
+        tty.flush()
+        os.dup2(tty_fd, 2)
+        sys.__stderr__, sys.stderr = old_std, old_err
+        tty.close()

@@ -82,11 +82,11 @@ class PtyTui:
     """The real ``verltop`` TUI in a pseudo-terminal: keys in, raw terminal output collected."""
 
     def __init__(self, *args: str, env: dict[str, str], cols: int = 160, rows: int = 45,
-                 cwd: Path | str | None = None) -> None:
+                 cwd: Path | str | None = None, python: tuple[str, ...] = ("-m", "verltop")) -> None:
         master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
         env = {**env, "TERM": "xterm-256color", "COLUMNS": str(cols), "LINES": str(rows)}
-        self.proc = subprocess.Popen([sys.executable, "-m", "verltop", *args], stdin=slave, stdout=slave,
+        self.proc = subprocess.Popen([sys.executable, *python, *args], stdin=slave, stdout=slave,
                                      stderr=slave, env=env, cwd=cwd or ROOT, start_new_session=True)
         os.close(slave)
         self.master = master
