@@ -87,7 +87,10 @@ def native_stderr_to(log_path: Path | None) -> Iterator[Path | None]:
     try:
         yield native
     finally:
-        tty.flush()
+        try:
+            tty.flush()
+        except OSError:  # the terminal went away: fd 2 is put back all the same
+            pass
         os.dup2(tty_fd, 2)
         sys.__stderr__, sys.stderr = old_std, old_err
         tty.close()

@@ -9,10 +9,11 @@ import time
 TRIM_EVERY_S = 60.0
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 MMAP_FROM_BYTES = 128 * 1024  # glibc's starting threshold, kept fixed
-# allocations between young collections (Python's default: 700), by the job's size: up to ``GC_SMALL_JOB``
-# actors a cycle's bursts (a 1,000-row answer parsed, a repaint's segments) stay under the larger threshold and
-# the young collections fall from ~7 to ~1 a second (a tenth of the TUI's CPU at 1,024 actors); at 10,000
-# actors the larger one held ~25 MB more at the peak (over the 150 MB budget), so it stays at 10,000 there
+# allocations between young collections (Python's default: 700), by the job's size. Each young collection walks
+# what survived since the last (a build's rows, Textual's strips: ~11 ms at 1,024 actors, 17 ms at 10,000); up
+# to ``GC_SMALL_JOB`` actors one ran every ~3 s at 10,000 and runs every ~15 s at 30,000 (a tenth of the TUI's
+# CPU less). At 10,000 actors the larger one was within the noise (0.97 of the cycle) and the long run's peak
+# RSS is already over its budget, so it stays 10,000 there
 GC_YOUNG = 10_000
 GC_YOUNG_SMALL = 30_000
 GC_SMALL_JOB = 2_500
