@@ -46,7 +46,8 @@ import gc
 from verltop.engine.heap import fit_gc, settle_gc
 fit_gc(100)  # not settled yet: Python's own thresholds stand
 print(gc.get_threshold()[0])
-settle_gc(1_024)
+settle_gc()
+fit_gc(1_024)
 print(gc.get_threshold()[0], gc.get_freeze_count() > 0)
 fit_gc(10_000)  # the job grew past the small-job threshold
 print(gc.get_threshold()[0])

@@ -64,7 +64,8 @@ def young_threshold(actors: int) -> int:
 
 
 def fit_gc(actors: int) -> None:
-    """Once settled (``settle_gc``), the young threshold for the job's size now (a job may grow while shown)."""
+    """Once settled (``settle_gc``), the young threshold for the job's size now (after each snapshot shown: a job
+    may grow while shown)."""
     if _SETTLED:
         young = young_threshold(actors)
         thresholds = gc.get_threshold()
@@ -72,16 +73,16 @@ def fit_gc(actors: int) -> None:
             gc.set_threshold(young, *thresholds[1:])
 
 
-def settle_gc(actors: int = GC_SMALL_JOB + 1) -> None:
+def settle_gc() -> None:
     """Once per process, once the first view is up: move what start-up made (modules, classes, the app's
     widgets: ~120,000 objects) out of the collector's reach (``gc.freeze``), and collect the young generation
     less often. At 10,000 actors each full collection walked them all again (70 ms, every few polls) and the
     collector took a quarter of the view's CPU; the data itself is freed by reference counting as before.
-    ``actors``: the job's size, which sets the young threshold (``young_threshold``)."""
+    The young threshold is the larger job's until ``fit_gc`` fits it to the job's size."""
     if _SETTLED:
         return
     _SETTLED.append(True)
     gc.collect()
     gc.freeze()
     _, mid, old = gc.get_threshold()
-    gc.set_threshold(young_threshold(actors), mid, old)
+    gc.set_threshold(GC_YOUNG, mid, old)

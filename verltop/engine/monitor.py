@@ -178,9 +178,12 @@ class Monitor(ActorPolls, TaskPolls, HistoryPolls, NodePolls, LocalPolls, Traini
                 self.last_build_ms = (time.perf_counter() - t0) * 1000
                 self.snapshots_built += 1
                 self._publish(snap)
-                self._first_built.set()
             except Exception:
                 log.error("building a snapshot failed", exc_info=True)
+
+    def _publish(self, snap: Snapshot) -> None:
+        super()._publish(snap)
+        self._first_built.set()
 
     async def _seed_after_first(self) -> None:
         """The history seed once the first snapshot is out: its read of finished calls (4 MB at 1,024 ranks,
@@ -209,7 +212,6 @@ class Monitor(ActorPolls, TaskPolls, HistoryPolls, NodePolls, LocalPolls, Traini
         self._dirty.clear()
         snap = await self.snapshot_async()
         self._publish(snap)
-        self._first_built.set()
         return snap
 
     # ---------------------------------------------------------- loops

@@ -28,9 +28,7 @@ def monitor(endpoint: Endpoint, intervals: Intervals, stall: StallSettings, use_
     """A monitor for a one-shot command; ``nvml=None``: only where an NVIDIA device exists (a dump reads
     GPU use to tell a rank waiting on its GPU; a snapshot on a CPU-only head node skips pynvml's import). ``prefetch``: the reads
     ``engine.prefetch`` sent before the engine was imported, for the client to take."""
-    # the stdlib HTTP client: aiohttp's import alone is a third of a dump
-    mon = Monitor(endpoint, intervals, stall, use_local=use_local, ras_addrs=ras_addrs,
-                  use_nvml=nvml)
+    mon = Monitor(endpoint, intervals, stall, use_local=use_local, ras_addrs=ras_addrs, use_nvml=nvml)
     mon.client.prefetch = prefetch
     return mon
 

@@ -121,7 +121,7 @@ async def _chunks(reader: asyncio.StreamReader) -> bytes:
     out = []
     while True:
         line = await reader.readuntil(b"\r\n")
-        size = int(line.split(b";", 1)[0].strip() or b"0", 16)
+        size = wire.chunk_size(line)
         if size == 0:
             while await reader.readuntil(b"\r\n") != b"\r\n":  # trailers, then the blank line
                 pass

@@ -91,6 +91,11 @@ def parse_head(buf: bytes | bytearray) -> tuple[int, dict[str, str], int] | None
     return int(parts[1]), headers, end + 4
 
 
+def chunk_size(line: bytes) -> int:
+    """The size of a chunk from its size line (hex, extensions after ';' ignored); ValueError when not hex."""
+    return int(line.split(b";", 1)[0].strip() or b"0", 16)
+
+
 def complete(buf: bytes | bytearray, eof: bool) -> bool:
     """Is the whole answer in ``buf``? (Cheap: called after every read.)"""
     if eof:
@@ -119,7 +124,7 @@ def answer(buf: bytes | bytearray) -> tuple[int, bytes, str | None]:
             j = body.find(b"\r\n", i)
             if j < 0:
                 raise ValueError("chunked answer cut short")
-            size = int(body[i:j].split(b";", 1)[0].strip() or b"0", 16)
+            size = chunk_size(body[i:j])
             if size == 0:
                 break
             if j + 2 + size > len(body):

@@ -104,8 +104,8 @@ class VerltopApp(App):
             self.snapshots_shown += 1
             self._rephase_ticks()
         if self.snapshots_shown == 2:  # past the first frame: the collection below does not delay it
-            settle_gc(len(self.snapshot.actors) if self.snapshot else 0)
-        elif self.snapshots_shown > 2 and self.snapshot is not None:
+            settle_gc()
+        if self.snapshot is not None:
             fit_gc(len(self.snapshot.actors))
         self._heap.tick()
 
