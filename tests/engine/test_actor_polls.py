@@ -116,7 +116,7 @@ async def test_running_tasks_detail_rows_are_read_where_a_start_cannot_be_estima
     # detail rows (at 1,024 ranks) are read on the first poll, after a gap between polls, and now and then
     import time
 
-    from verltop.engine.polling import DETAIL_REFRESH_S
+    from verltop.engine.poll_tasks import TASK_DETAIL_REFRESH_S
 
     clk = FakeClock()
     c = FakeCluster(nodes=1, gpus_per_node=4, seed=5, clock=clk, rollout_mode="sync")
@@ -153,7 +153,7 @@ async def test_running_tasks_detail_rows_are_read_where_a_start_cannot_be_estima
             assert all(mon._task_starts[t] == byid[t]["start_time_ms"] for t in fresh)  # read, not estimated
             fresh, _, _ = await new_tasks()
             assert fresh and detail_reads() == 2
-            mon._task_detail_at = time.time() - DETAIL_REFRESH_S - 1  # the estimates put right now and then
+            mon._task_detail_at = time.time() - TASK_DETAIL_REFRESH_S - 1  # the estimates put right now and then
             fresh, _, _ = await new_tasks()
             assert fresh and detail_reads() == 3
         finally:

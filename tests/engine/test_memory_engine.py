@@ -167,3 +167,26 @@ def test_a_costly_view_stands_for_its_share_of_time_and_a_cheap_one_is_worked_ou
         assert w.book.actors["a0"].eps["t0"].gpk == 30 * GIB  # booked either way
         assert (again is first) == stands
         assert [p.peak_gpu_bytes for p in again.by_phase if p.samples] == [20 * GIB if stands else 30 * GIB]
+
+
+def test_a_costly_view_stands_at_least_as_long_as_the_agents_report_interval(monkeypatch):
+    """However cheap its share, a costly view is not worked out again within the node agents' 5 s: nothing it is
+    made of came meanwhile from most nodes. Past that, the next view is new."""
+    from tests.analysis.helpers import row
+    from verltop.engine import memory_book
+    from verltop.model import PhaseRun, Step
+
+    clock = [1000.0]
+    monkeypatch.setattr(memory_book.time, "monotonic", lambda: clock[0])
+    a0 = _actor("a0", 100)
+    task = [RawTask("t0", "x", "WorkerDict.actor_rollout_update_actor", "RUNNING", "a0", "n1", 100, 10_000.0)]
+    steps = (Step(1, 10.0, None, (PhaseRun("update_actor", "wg", "actor_rollout_update_actor", 10.0, None, 1),), ()),)
+    rows = [row("a0", rank=0, pid=100)]
+    w = MemoryWatch(threshold=0.95, view_share=1e9, costly_s=0.0)  # every view costly; its share no wait at all
+    gpus = (Gpu(0, "H100", 90.0, None, 80 * GIB, processes=((100, 20 * GIB, None),)),)
+    w.feed_local(LocalSample(10.5, {100: ProcStat(100, 1.0, 4 * GIB)}, gpus, None, None), [a0], task, {"a0": a0})
+    first = w.view(steps, rows)
+    clock[0] += memory_book.VIEW_COSTLY_EVERY_S - 0.5
+    assert w.view(steps, rows) is first
+    clock[0] += 1.0
+    assert w.view(steps, rows) is not first

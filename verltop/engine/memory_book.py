@@ -42,6 +42,9 @@ _ID = operator.attrgetter("actor_id")
 VERL_PEAK_KEYS = ("perf/max_memory_allocated_gb", "perf/max_memory_reserved_gb", "perf/cpu_memory_used_gb")
 VIEW_CPU_SHARE = 0.02  # a costly view is worked out again once its CPU time is this share of the time since
 VIEW_COSTLY_S = 0.02  # a view that took less CPU than this is worked out at every snapshot
+# a costly view stands at least this long: what it is worked out of comes every 5 s from each node's agent
+# (REPORTER_UPDATE_INTERVAL_MS), minutes apart from the nodes off screen
+VIEW_COSTLY_EVERY_S = 5.0
 
 
 class MemoryWatch:
@@ -189,7 +192,8 @@ class MemoryWatch:
         5 s from each node (minutes apart for the helpers' nodes). Samples are booked as they come either way;
         a view without ``by_phase`` never stands for one asked with it."""
         last = self._last_view
-        if (last is not None and last[2] >= self.costly_s and time.monotonic() - last[1] < last[2] / self.view_share
+        if (last is not None and last[2] >= self.costly_s
+                and time.monotonic() - last[1] < max(last[2] / self.view_share, VIEW_COSTLY_EVERY_S)
                 and not (phases and last[0].by_phase_skipped)):
             return last[0]
         rows = list(rows)

@@ -8,7 +8,7 @@ import time
 
 from verltop.analysis import roles as R
 from verltop.analysis.snapshot_build import group_key, running_task_rows
-from verltop.engine.polling import DETAIL_REFRESH_S, PollState
+from verltop.engine.polling import PollState
 from verltop.model import RawActor, RawTask
 from verltop.model.evolve import evolve
 from verltop.sources import dashboard as D
@@ -17,6 +17,10 @@ log = logging.getLogger("verltop.engine")
 
 FAILURE_READ_S = 10.0
 GAP_INTERVALS = 2.5  # polls further apart than this many intervals: a new task's start is not estimated
+# how often the estimates are put right while new calls keep coming: an estimate is off by half an interval
+# (and Ray's task events' flush, ~1 s); the stall rules' windows are tens of seconds. A read is 1.6 MB at
+# 1,024 ranks (~80 ms of CPU): every 30 s it was a twentieth of the refresh
+TASK_DETAIL_REFRESH_S = 120.0
 
 
 class TaskPolls(PollState):
@@ -27,7 +31,7 @@ class TaskPolls(PollState):
         appeared since the last poll started within its interval, whose middle is its start's estimate (off by
         at most half the interval). The detail rows are read when that does not hold for the unknown tasks (the
         first poll; a gap since the last poll, which failed or was paused) and, while unknown tasks keep
-        appearing, every ``DETAIL_REFRESH_S`` to put the estimates right."""
+        appearing, every ``TASK_DETAIL_REFRESH_S`` to put the estimates right."""
         now = time.time()
         starts = self._task_starts
         since = now - (self._task_detail_at or 0)
@@ -36,7 +40,7 @@ class TaskPolls(PollState):
         if r.ok and not detailed:
             unknown = [t for t in r.value or [] if t.task_id not in starts]
             gap = r.taken_at - (self._last_task_poll or 0) > GAP_INTERVALS * self.iv.tasks_s
-            if unknown and (gap or since > DETAIL_REFRESH_S):
+            if unknown and (gap or since > TASK_DETAIL_REFRESH_S):
                 r = await D.fetch_running_tasks(self.client, self.iv.timeout_s, detail=True)
                 detailed = True
         if not self._record(self.src.tasks, r):
