@@ -161,3 +161,68 @@ def test_a_client_used_from_a_new_event_loop_starts_afresh(replay):
     first = c._pool._idle[0]
     assert asyncio.run(c.get("/api/v0/actors")).ok and c._pool._idle[0] is not first
     assert streams.IDLE_KEPT >= 6  # the state reads in flight at once (DashboardClient's max_inflight)
+
+
+def _one_answer(answer: bytes) -> tuple[int, threading.Event]:
+    """A raw server that answers one request with ``answer`` and waits for the client to close (set then)."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    closed = threading.Event()
+
+    def run() -> None:
+        conn, _ = srv.accept()
+        conn.recv(65536)
+        conn.sendall(answer)
+        if b"Content-Length" not in answer and b"chunked" not in answer:
+            conn.shutdown(socket.SHUT_WR)  # a body that ends when the server closes
+        conn.settimeout(30)
+        try:
+            while conn.recv(65536):
+                pass
+        except OSError:
+            pass
+        closed.set()
+        conn.close()
+        srv.close()
+
+    threading.Thread(target=run, daemon=True).start()
+    return srv.getsockname()[1], closed
+
+
+def _chunked(body: bytes, size: int = 1000) -> bytes:
+    parts = [b"%x\r\n%s\r\n" % (len(body[i:i + size]), body[i:i + size]) for i in range(0, len(body), size)]
+    return b"".join(parts) + b"0\r\n\r\n"
+
+
+async def test_a_one_off_request_reads_each_framing_up_to_its_cap_and_closes_its_connection():
+    # a rollout engine's /metrics: any server, on its own connection; a body past the cap is refused, not read
+    body = b"x" * 5000
+    heads = {"length": b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n",
+             "chunked": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+             "to the end": b"HTTP/1.0 200 OK\r\n\r\n"}
+    for kind, head in heads.items():
+        for cap, ok in ((5000, True), (4999, False)):
+            answer = head + (_chunked(body) if kind == "chunked" else body)
+            port, closed = _one_answer(answer)
+            req = b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            if ok:
+                assert await streams.get_once("127.0.0.1", port, req, cap) == (200, body, None), kind
+            else:
+                try:
+                    await streams.get_once("127.0.0.1", port, req, cap)
+                except ValueError as e:
+                    assert str(e) == "answer over 4999 bytes", (kind, e)
+                else:
+                    raise AssertionError(f"{kind}: a body over the cap was read")
+            await wait_until_async(closed.is_set, 10, f"the client to close its connection ({kind}, cap {cap})")
+
+
+async def test_rollout_metrics_past_the_cap_is_a_one_line_reason():
+    from verltop.sources import rollout
+
+    port, _ = _one_answer(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % (rollout.MAX_BODY + 1))
+    text, why = await rollout.get_metrics(f"127.0.0.1:{port}", 5.0)
+    assert text is None and why == "/metrics: ValueError: answer over 8 MB"
+    port, _ = _one_answer(b"HTTP/1.1 200 OK\r\nContent-Length: 19\r\n\r\nvllm:num_requests 1")
+    assert await rollout.get_metrics(f"127.0.0.1:{port}", 5.0) == ("vllm:num_requests 1", None)

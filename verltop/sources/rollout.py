@@ -28,7 +28,7 @@ import ipaddress
 import os
 from dataclasses import dataclass
 
-from verltop.sources import wire
+from verltop.sources import streams, wire
 
 MAX_BODY = 8 << 20  # a vLLM /metrics with every histogram is ~0.1-0.5 MB
 
@@ -215,30 +215,12 @@ async def get_metrics(address: str, timeout_s: float) -> tuple[str | None, str |
         host, port, _, req = wire.request(f"http://{address}", "/metrics", None, {"User-Agent": "verltop"})
     except ValueError:
         return None, f"/metrics: not an address: {address[:80]}"
-    writers: list[asyncio.StreamWriter] = []
-
-    async def exchange() -> tuple[int, bytes, str | None]:
-        reader, writer = await asyncio.open_connection(host, port)
-        writers.append(writer)
-        writer.write(req)
-        buf = bytearray()
-        while True:
-            data = await reader.read(1 << 16)
-            buf += data
-            if wire.complete(buf, not data):
-                return wire.answer(buf)
-            if len(buf) > MAX_BODY:
-                raise ValueError(f"answer over {MAX_BODY >> 20} MB")
-
     try:
-        status, body, _ = await asyncio.wait_for(exchange(), timeout_s)
+        status, body, _ = await asyncio.wait_for(streams.get_once(host, port, req, MAX_BODY), timeout_s)
     except (asyncio.TimeoutError, TimeoutError):
         return None, f"/metrics did not answer within {timeout_s:g} s"
     except (OSError, ValueError, UnicodeError) as e:
         return None, f"/metrics: {e.__class__.__name__}: {str(e)[:120]}"
-    finally:
-        for w in writers:
-            w.close()
     if status != 200:
         return None, f"/metrics answered HTTP {status}"
     return body.decode("utf-8", "replace"), None

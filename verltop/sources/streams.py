@@ -1,6 +1,7 @@
-"""HTTP/1.1 GET on asyncio's own streams, connections kept open between requests: the dashboard client's
-transport. Nothing to import (aiohttp's import is 0.2 s of a 1-s start, half of it two TLS contexts the
-dashboard never needs), and a body of megabytes is read in one ``readexactly`` rather than chunk by chunk.
+"""HTTP/1.1 GET on asyncio's own streams: connections kept open between requests (the dashboard client's
+transport), and one-off requests with a cap on the body (``get_once``: a rollout engine's ``/metrics``).
+Nothing to import (aiohttp's import is 0.2 s of a 1-s start, half of it two TLS contexts the dashboard never
+needs), and a body of megabytes is read in one ``readexactly`` rather than chunk by chunk.
 
 A connection that the server closed while it was idle (Ray's dashboard, an aiohttp server, closes them after
 75 s) is noticed before use or by the empty answer, and the request is sent again once on a new one. A
@@ -93,9 +94,35 @@ class StreamPool:
         self._idle = []
 
 
-async def _read_body(reader: asyncio.StreamReader, head: bytes) -> tuple[int, bytes, str | None, bool]:
-    """The body after ``head``: by Content-Length, chunked, or to the end. ``keep``: the connection can carry
-    the next request."""
+async def get_once(host: str, port: int, req: bytes, max_body: int) -> tuple[int, bytes, str | None]:
+    """Send ``req`` on a connection of its own, closed after (a server verltop asks now and then, such as a
+    rollout engine's ``/metrics``): ``(status, body, Retry-After)``. Raises OSError (connection) or ValueError
+    (not HTTP, cut short, a body over ``max_body`` bytes: an arbitrary server is not trusted to be brief)."""
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        writer.write(req)
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+        except asyncio.IncompleteReadError:
+            raise ValueError("the connection closed before the answer's head") from None
+        except asyncio.LimitOverrunError:
+            raise ValueError("the answer's head is too long") from None
+        status, body, retry, _ = await _read_body(reader, head, max_body)
+        return status, body, retry
+    finally:
+        writer.close()
+
+
+def _over(n: int, max_body: int | None) -> None:
+    if max_body is not None and n > max_body:
+        raise ValueError(f"answer over {max_body >> 20} MB" if max_body >= 1 << 20 else
+                         f"answer over {max_body} bytes")
+
+
+async def _read_body(reader: asyncio.StreamReader, head: bytes, max_body: int | None = None
+                     ) -> tuple[int, bytes, str | None, bool]:
+    """The body after ``head``: by Content-Length, chunked, or to the end; ValueError past ``max_body``
+    bytes. ``keep``: the connection can carry the next request."""
     h = wire.parse_head(head)
     assert h is not None  # readuntil returned the head's end
     status, headers, _ = h
@@ -106,22 +133,33 @@ async def _read_body(reader: asyncio.StreamReader, head: bytes) -> tuple[int, by
         if status in (204, 304) or 100 <= status < 200:
             body = b""
         elif "chunked" in headers.get("transfer-encoding", "").lower():
-            body = await _chunks(reader)
+            body = await _chunks(reader, max_body)
         elif "content-length" in headers:
             n = int(headers["content-length"])
+            _over(n, max_body)
             body = await reader.readexactly(n) if n else b""
-        else:
+        elif max_body is None:
             body, keep = await reader.read(), False  # the body ends when the server closes
+        else:
+            keep, parts, n = False, [], 0
+            while data := await reader.read(1 << 16):
+                n += len(data)
+                _over(n, max_body)
+                parts.append(data)
+            body = b"".join(parts)
     except asyncio.IncompleteReadError as e:
         raise ValueError(f"answer cut short ({len(e.partial)} of {e.expected} bytes)") from None
     return status, body, headers.get("retry-after"), keep
 
 
-async def _chunks(reader: asyncio.StreamReader) -> bytes:
+async def _chunks(reader: asyncio.StreamReader, max_body: int | None = None) -> bytes:
     out = []
+    n = 0
     while True:
         line = await reader.readuntil(b"\r\n")
         size = wire.chunk_size(line)
+        n += size
+        _over(n, max_body)
         if size == 0:
             while await reader.readuntil(b"\r\n") != b"\r\n":  # trailers, then the blank line
                 pass
