@@ -30,8 +30,10 @@ class Running:
     gpu_max_percent: float = 0.0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class FinishedRun:
+    """A call that ended (not frozen, for speed: every rank's at each phase's end; treat it as immutable)."""
+
     actor_id: str | None
     start_s: float
     end_s: float
