@@ -20,7 +20,11 @@ rank, note = int(sys.argv[1]), Path(sys.argv[2])
 join_gloo(rank, 2, "127.0.0.1", note, timedelta(seconds=60))
 t = torch.tensor([rank + 1.0])
 dist.all_reduce(t)
-print(int(t.item()))
+print(int(t.item()), flush=True)
+# gloo's threads are joined here, not by the interpreter's exit (which may abort: "terminate called without an
+# active exception" when a rank exits while its peer's connection is still being torn down)
+dist.barrier()
+dist.destroy_process_group()
 """
 
 
