@@ -189,8 +189,8 @@ class MemoryWatch:
         """The memory view as booked now (``by_phase`` only with ``phases``). On a job where a view is costly
         (``costly_s`` of CPU: thousands of actors) the last one stands until its cost is ``view_share`` of the
         time since, and at least ``VIEW_COSTLY_EVERY_S``: at 10,000 actors a view took ~90 ms, a third of the
-        refresh, for figures that come every 5 s from each node (minutes apart for the helpers' nodes). Samples are booked as they come either way;
-        a view without ``by_phase`` never stands for one asked with it."""
+        refresh, for figures that come every 5 s from each node (minutes apart for the helpers' nodes). Samples
+        are booked as they come either way; a view without ``by_phase`` never stands for one asked with it."""
         last = self._last_view
         if (last is not None and last[2] >= self.costly_s
                 and time.monotonic() - last[1] < max(last[2] / self.view_share, VIEW_COSTLY_EVERY_S)

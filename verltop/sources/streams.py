@@ -65,16 +65,7 @@ class StreamPool:
 
     async def _exchange(self, conn: _Conn, req: bytes) -> tuple[int, bytes, str | None]:
         try:
-            conn.writer.write(req)
-            try:
-                head = await conn.reader.readuntil(b"\r\n\r\n")
-            except asyncio.IncompleteReadError as e:
-                if not e.partial:
-                    raise _Stale from None
-                raise ValueError("the connection closed before the answer's head") from None
-            except asyncio.LimitOverrunError:
-                raise ValueError("the answer's head is too long") from None
-            status, body, retry, keep = await _read_body(conn.reader, head)
+            status, body, retry, keep = await _ask(conn.reader, conn.writer, req)
         except (ConnectionResetError, BrokenPipeError) as e:
             conn.writer.close()
             raise _Stale from e
@@ -100,17 +91,27 @@ async def get_once(host: str, port: int, req: bytes, max_body: int) -> tuple[int
     (not HTTP, cut short, a body over ``max_body`` bytes: an arbitrary server is not trusted to be brief)."""
     reader, writer = await asyncio.open_connection(host, port)
     try:
-        writer.write(req)
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-        except asyncio.IncompleteReadError:
-            raise ValueError("the connection closed before the answer's head") from None
-        except asyncio.LimitOverrunError:
-            raise ValueError("the answer's head is too long") from None
-        status, body, retry, _ = await _read_body(reader, head, max_body)
+        status, body, retry, _ = await _ask(reader, writer, req, max_body)
         return status, body, retry
+    except _Stale:
+        raise ConnectionResetError("the server closed the connection without answering") from None
     finally:
         writer.close()
+
+
+async def _ask(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, req: bytes, max_body: int | None = None
+               ) -> tuple[int, bytes, str | None, bool]:
+    """Send ``req`` and read its answer (``_read_body``); ``_Stale`` when nothing of it came."""
+    writer.write(req)
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except asyncio.IncompleteReadError as e:
+        if not e.partial:
+            raise _Stale from None
+        raise ValueError("the connection closed before the answer's head") from None
+    except asyncio.LimitOverrunError:
+        raise ValueError("the answer's head is too long") from None
+    return await _read_body(reader, head, max_body)
 
 
 def _over(n: int, max_body: int | None) -> None:
@@ -138,9 +139,7 @@ async def _read_body(reader: asyncio.StreamReader, head: bytes, max_body: int | 
             n = int(headers["content-length"])
             _over(n, max_body)
             body = await reader.readexactly(n) if n else b""
-        elif max_body is None:
-            body, keep = await reader.read(), False  # the body ends when the server closes
-        else:
+        else:  # the body ends when the server closes
             keep, parts, n = False, [], 0
             while data := await reader.read(1 << 16):
                 n += len(data)
