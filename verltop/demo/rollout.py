@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from verltop.sources.aio import within
+
 SERVER_NAME = "vllm_server_0_0"  # verl: f"{prefix}server_{replica_rank}_{node_rank}", prefix "vllm_"
 TP_SIZE = 2
 PIDS_DIR = "pids"
@@ -100,7 +102,7 @@ class vLLMHttpServer:
 
     async def _serve_http(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+            head = await within(reader.readuntil(b"\r\n\r\n"), 5)
             ok = head.split(b"\r\n", 1)[0].split(b" ")[:2] == [b"GET", b"/metrics"]
             body = self.metrics_text().encode() if ok else b"not found\n"
             writer.write(b"HTTP/1.1 %s\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: %d\r\n"

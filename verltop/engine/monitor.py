@@ -10,7 +10,6 @@ The pollers are mixins, one module per source (``poll_*.py``) over the state the
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -28,6 +27,7 @@ from verltop.engine.polling import FIRST_FRAME_GRACE_S, ROLES_EVERY_S, Intervals
 from verltop.engine.snapshots import SnapshotBuilding
 from verltop.model import ActorRow, Problem, Snapshot
 from verltop.sources import dashboard as D
+from verltop.sources.aio import cancel_all
 
 if TYPE_CHECKING:
     from verltop.engine.doctor import DoctorJob
@@ -99,11 +99,7 @@ class Monitor(ActorPolls, TaskPolls, HistoryPolls, NodePolls, LocalPolls, Traini
         self._tasks.append(asyncio.create_task(self._publisher(), name="verltop-publisher"))
 
     async def stop(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await cancel_all(self._tasks)
         self._tasks.clear()
         await self.timeline.stop()
         await self.remote.close()

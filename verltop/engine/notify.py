@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from verltop.convert import one_line
+from verltop.sources.aio import within
 from verltop.sources.procgroup import kill_group
 
 log = logging.getLogger("verltop.watch")
@@ -93,7 +94,7 @@ async def run_hook(cmd: str, env: dict[str, str], timeout_s: float = 60.0) -> Ho
     except OSError as e:
         return HookResult(False, f"--on-incident could not start: {e.strerror or e}")
     try:
-        out, _ = await asyncio.wait_for(proc.communicate(), timeout_s)
+        out, _ = await within(proc.communicate(), timeout_s)
     except asyncio.TimeoutError:
         kill_group(proc.pid)
         await proc.wait()

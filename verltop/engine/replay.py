@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import contextlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from verltop.engine.dumps import DumpJob, ProgressFn
 from verltop.engine.recording_format import FrameRef, RecordingError
 from verltop.engine.recording_reader import Recording
 from verltop.model import DumpReport, Problem, Snapshot
+from verltop.sources.aio import cancel_all
 from verltop.sources.pyspy import DumpOptions
 
 SPEEDS = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0)
@@ -136,9 +136,7 @@ class ReplayEngine(Engine):
         self._stopping = True
         self._wake.set()
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_all((self._task,))
             self._task = None
         self.rec.close()
 

@@ -23,6 +23,7 @@ from verltop.analysis.timeline_reads import NAME_ROWS_BUDGET, Query, ReadPlanner
 from verltop.analysis.trends import Trend, Trends
 from verltop.model import ActorRow, GroupWork, RawActor, RawTask, Step
 from verltop.sources import dashboard as D
+from verltop.sources.aio import cancel_all
 from verltop.sources.http import DashboardClient
 
 log = logging.getLogger("verltop.engine")
@@ -230,12 +231,8 @@ class Timeline:
             self.stats.last_ms = (time.perf_counter() - t0) * 1000
 
     async def stop(self) -> None:
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopping
-                pass
+        if self._task is not None:
+            await cancel_all((self._task,))
 
     async def wait(self) -> None:
         """Until the running refinement round (if any) is over (tests, one-shot snapshots)."""

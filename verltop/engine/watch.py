@@ -37,6 +37,7 @@ from verltop.engine.recording_writer import Limits, Recorder, RecordingWriter
 from verltop.engine.watch_memory import MemoryIncidents
 from verltop.engine.watch_training import TrainingIncidents
 from verltop.model import ActorRow, CollectiveInfo, DumpReport, Problem, Snapshot
+from verltop.sources.aio import cancel_all, within
 from verltop.sources.pyspy import DumpOptions
 from verltop.text.cells import utc_time
 from verltop.text.ras import ras_notes
@@ -140,8 +141,7 @@ class Watcher:
         try:
             await stop.wait()
         finally:
-            for t in loops:
-                t.cancel()
+            await cancel_all(loops)
             await self._shutdown()
 
     async def _shutdown(self) -> None:
@@ -149,9 +149,7 @@ class Watcher:
             self._unsub()
         if self._tasks:  # captures and hooks under way get a moment to finish
             _, pending = await asyncio.wait(self._tasks, timeout=15)
-            for t in pending:
-                t.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+            await cancel_all(pending)
         async with self._lock:
             inc = self.current
             if inc is not None:
@@ -323,7 +321,7 @@ class Watcher:
         self.captures.append(time.time())
         inc.captures += 1
         try:
-            report = await asyncio.wait_for(job.run(), cfg.capture_timeout_s)
+            report = await within(job.run(), cfg.capture_timeout_s)
         except asyncio.TimeoutError:
             inc.capture_note = f"the stack capture did not finish within {cfg.capture_timeout_s:g} s"
             return
@@ -332,7 +330,7 @@ class Watcher:
             return
         if any(a.fr_pipe_prefix for a in job.targets):
             with contextlib.suppress(asyncio.TimeoutError):
-                fresh, notes = await asyncio.wait_for(job.refresh_flight_recorder(), 30)
+                fresh, notes = await within(job.refresh_flight_recorder(), 30)
                 report = fresh or report
                 for n in notes:
                     inc.escalate(time.time(), "flight_recorder", f"Flight Recorder: {n}")

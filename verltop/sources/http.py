@@ -16,6 +16,7 @@ from typing import Any
 from verltop.convert import one_line
 from verltop.model import Problem
 from verltop.sources import wire
+from verltop.sources.aio import within
 from verltop.sources.config import TOKEN_PLACES, Endpoint
 from verltop.sources.streams import StreamPool
 from verltop.sources.wire import ALLOWED_PATHS, allowed  # noqa: F401 - the allow-list lives where requests are written
@@ -91,8 +92,8 @@ class DashboardClient:
         except ValueError as e:
             return None, None, None, e
         try:
-            return (*await asyncio.wait_for(self._pool.get(host, port, _ssl_context() if https else None, req),
-                                            timeout_s), None)
+            return (*await within(self._pool.get(host, port, _ssl_context() if https else None, req),
+                                  timeout_s), None)
         except (OSError, asyncio.TimeoutError, ValueError, UnicodeError) as e:
             return None, None, None, e
 

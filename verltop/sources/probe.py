@@ -17,6 +17,7 @@ from typing import Any
 from verltop.convert import one_line
 from verltop.model import Problem, ProcessDump, ProcTree
 from verltop.sources import pyspy
+from verltop.sources.aio import within
 from verltop.sources.local import tree_from_plain
 from verltop.sources.probe_actor import kill_all, probe_class, ship_by_value
 from verltop.sources.probe_connect import NAMESPACE, connect, in_daemon_thread
@@ -56,7 +57,7 @@ class ProbePool:
             if not self._inited:
                 self._inited = True
                 try:
-                    await asyncio.wait_for(in_daemon_thread(self._init, node_id), self.schedule_timeout_s)
+                    await within(in_daemon_thread(self._init, node_id), self.schedule_timeout_s)
                 except asyncio.TimeoutError:
                     self._init_error = "cannot start a probe: connecting to the Ray cluster timed out"
                 except Exception as e:  # noqa: BLE001 - ray raises many kinds; all mean "no probe"
@@ -88,7 +89,7 @@ class ProbePool:
         ref = actor.dump.remote(pyspy.dump_args(pid, self.opts.native, self.opts.nonblocking),
                                 self.opts.per_process_timeout)
         try:
-            rc, out, err, dt = await asyncio.wait_for(
+            rc, out, err, dt = await within(
                 asyncio.wrap_future(ref.future()), self.opts.per_process_timeout + self.schedule_timeout_s
             )
         except asyncio.TimeoutError:
@@ -124,7 +125,7 @@ class ProbePool:
             return failed(str(e))
         ref = actor.tree.remote(list(roots), list(extra or ()))
         try:
-            plain = await asyncio.wait_for(asyncio.wrap_future(ref.future()), self.schedule_timeout_s)
+            plain = await within(asyncio.wrap_future(ref.future()), self.schedule_timeout_s)
         except asyncio.TimeoutError:
             self._failed[node_id] = "probe actor could not be scheduled on that node (no answer)"
             return failed(self._failed[node_id])
@@ -142,7 +143,7 @@ class ProbePool:
         ship_by_value(fn)
         ref = actor.call.remote(fn, *args)
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(ref.future()), timeout_s + self.schedule_timeout_s), None
+            return await within(asyncio.wrap_future(ref.future()), timeout_s + self.schedule_timeout_s), None
         except Exception as e:  # noqa: BLE001 - timeout, actor died, node left, the function raised
             return None, Problem("probe", f"probe failed: {one_line(e, 160) or e.__class__.__name__}")
 
@@ -155,7 +156,7 @@ class ProbePool:
             return Problem("probe", str(e))
         ref = actor.descendants.remote(pids, limit)
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(ref.future()), self.schedule_timeout_s)
+            return await within(asyncio.wrap_future(ref.future()), self.schedule_timeout_s)
         except Exception as e:  # noqa: BLE001 - timeout, actor died, node left: no children known there
             return Problem("probe", f"probe failed: {one_line(e, 160)}")
 

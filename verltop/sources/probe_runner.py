@@ -10,6 +10,7 @@ from typing import Any
 
 from verltop.convert import one_line
 from verltop.model import Problem
+from verltop.sources.aio import within
 from verltop.sources.probe_actor import kill_all, probe_class, ship_by_value
 from verltop.sources.probe_connect import NAMESPACE, RayNode, connect, in_daemon_thread, ray_nodes
 
@@ -41,7 +42,7 @@ class NodeRunner:
                                "dashboard's cluster", remedy)
             return None
         try:
-            await asyncio.wait_for(in_daemon_thread(connect, self.address, ids), self.connect_timeout_s)
+            await within(in_daemon_thread(connect, self.address, ids), self.connect_timeout_s)
         except asyncio.TimeoutError:
             return Problem("probe", "cannot start the probes: connecting to the Ray cluster timed out", remedy)
         except ImportError:

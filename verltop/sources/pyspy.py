@@ -19,6 +19,7 @@ from typing import Any
 from verltop.convert import one_line, to_bool, to_int
 from verltop.model import Frame, Problem, ProcessDump, ThreadStack
 from verltop.sources import headstart
+from verltop.sources.aio import within
 from verltop.sources.headstart import dump_args
 from verltop.sources.headstart import find_pyspy as find_pyspy  # where callers look for it
 from verltop.sources.procgroup import kill_group
@@ -88,8 +89,7 @@ async def dump_local(pid: int, opts: DumpOptions, pyspy: str) -> ProcessDump:
     early = headstart.take(argv)
     if early is not None:
         try:
-            rc, out, err, started, dt = await asyncio.wait_for(asyncio.wrap_future(early),
-                                                               opts.per_process_timeout + 1.0)
+            rc, out, err, started, dt = await within(asyncio.wrap_future(early), opts.per_process_timeout + 1.0)
         except asyncio.TimeoutError:
             return ProcessDump(pid, error=timeout_problem(opts.per_process_timeout))
         if rc is None:
@@ -107,7 +107,7 @@ async def dump_local(pid: int, opts: DumpOptions, pyspy: str) -> ProcessDump:
     except OSError as e:
         return ProcessDump(pid, error=Problem("pyspy", f"could not start py-spy: {e.strerror or e}"), taken_at=started)
     try:
-        out, err = await asyncio.wait_for(proc.communicate(), opts.per_process_timeout)
+        out, err = await within(proc.communicate(), opts.per_process_timeout)
     except asyncio.TimeoutError:
         kill_group(proc.pid)
         await proc.wait()

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from verltop.convert import one_line, to_bool, to_int, to_str
 from verltop.model import Problem
+from verltop.sources.aio import within
 
 if TYPE_CHECKING:  # RAS's model loads with its first answer (an engine without RAS never builds it)
     from verltop.model import RasComm, RasRank, RasReport
@@ -66,7 +67,7 @@ async def _one(host: str, port: int, timeout_s: float, first_reply_s: float
                ) -> tuple[str | None, Problem | None, bool]:
     where = f"{host}:{port}"
     try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), first_reply_s + 1)
+        reader, writer = await within(asyncio.open_connection(host, port), first_reply_s + 1)
     except (ConnectionRefusedError, asyncio.TimeoutError, OSError) as e:
         refused = isinstance(e, ConnectionRefusedError)
         return None, Problem("ras_unreachable", f"no NCCL RAS service at {where}"
@@ -75,7 +76,7 @@ async def _one(host: str, port: int, timeout_s: float, first_reply_s: float
         writer.write(b"CLIENT PROTOCOL 2\n")
         await writer.drain()
         try:
-            hello = await asyncio.wait_for(reader.readline(), first_reply_s)
+            hello = await within(reader.readline(), first_reply_s)
         except asyncio.TimeoutError:
             # accepted by a process that does not run (SIGSTOP, or stuck): another listener may answer
             return None, Problem("ras_timeout", f"NCCL RAS at {where} accepted but did not answer within "
@@ -84,11 +85,11 @@ async def _one(host: str, port: int, timeout_s: float, first_reply_s: float
             return None, Problem("ras_protocol", f"NCCL RAS at {where} answered {one_line(hello, 60)!r}"), False
         writer.write(b"SET FORMAT json\n")
         await writer.drain()
-        ok = await asyncio.wait_for(reader.readline(), first_reply_s)  # "OK", or "ERROR: ..." before 2.28.7
+        ok = await within(reader.readline(), first_reply_s)  # "OK", or "ERROR: ..." before 2.28.7
         del ok
         writer.write(b"STATUS\n")
         await writer.drain()
-        body = await asyncio.wait_for(reader.read(), timeout_s)  # the server closes after the report
+        body = await within(reader.read(), timeout_s)  # the server closes after the report
     except asyncio.TimeoutError:
         return None, Problem("ras_timeout", f"NCCL RAS at {where} did not finish its report within {timeout_s:g} s"), True
     except OSError as e:

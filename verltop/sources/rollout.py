@@ -29,6 +29,7 @@ import os
 from dataclasses import dataclass
 
 from verltop.sources import streams, wire
+from verltop.sources.aio import within
 
 MAX_BODY = 8 << 20  # a vLLM /metrics with every histogram is ~0.1-0.5 MB
 
@@ -216,7 +217,7 @@ async def get_metrics(address: str, timeout_s: float) -> tuple[str | None, str |
     except ValueError:
         return None, f"/metrics: not an address: {address[:80]}"
     try:
-        status, body, _ = await asyncio.wait_for(streams.get_once(host, port, req, MAX_BODY), timeout_s)
+        status, body, _ = await within(streams.get_once(host, port, req, MAX_BODY), timeout_s)
     except (asyncio.TimeoutError, TimeoutError):
         return None, f"/metrics did not answer within {timeout_s:g} s"
     except (OSError, ValueError, UnicodeError) as e:
