@@ -169,7 +169,7 @@ def test_a_costly_view_stands_for_its_share_of_time_and_a_cheap_one_is_worked_ou
         assert [p.peak_gpu_bytes for p in again.by_phase if p.samples] == [20 * GIB if stands else 30 * GIB]
 
 
-def test_a_costly_view_stands_at_least_as_long_as_the_agents_report_interval(monkeypatch):
+def test_a_costly_view_stands_at_least_as_long_as_the_agents_report_interval():
     """However cheap its share, a costly view is not worked out again within the node agents' 5 s: nothing it is
     made of came meanwhile from most nodes. Past that, the next view is new."""
     from tests.analysis.helpers import row
@@ -177,12 +177,12 @@ def test_a_costly_view_stands_at_least_as_long_as_the_agents_report_interval(mon
     from verltop.model import PhaseRun, Step
 
     clock = [1000.0]
-    monkeypatch.setattr(memory_book.time, "monotonic", lambda: clock[0])
     a0 = _actor("a0", 100)
     task = [RawTask("t0", "x", "WorkerDict.actor_rollout_update_actor", "RUNNING", "a0", "n1", 100, 10_000.0)]
     steps = (Step(1, 10.0, None, (PhaseRun("update_actor", "wg", "actor_rollout_update_actor", 10.0, None, 1),), ()),)
     rows = [row("a0", rank=0, pid=100)]
-    w = MemoryWatch(threshold=0.95, view_share=1e9, costly_s=0.0)  # every view costly; its share no wait at all
+    # every view costly, its share no wait at all; the watch's own clock (never the process's)
+    w = MemoryWatch(threshold=0.95, view_share=1e9, costly_s=0.0, clock=lambda: clock[0])
     gpus = (Gpu(0, "H100", 90.0, None, 80 * GIB, processes=((100, 20 * GIB, None),)),)
     w.feed_local(LocalSample(10.5, {100: ProcStat(100, 1.0, 4 * GIB)}, gpus, None, None), [a0], task, {"a0": a0})
     first = w.view(steps, rows)

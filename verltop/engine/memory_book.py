@@ -7,7 +7,7 @@ from __future__ import annotations
 import operator
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from verltop.analysis import roles as R
 from verltop.analysis.memory import MemoryBook
@@ -49,8 +49,10 @@ VIEW_COSTLY_EVERY_S = 5.0
 
 class MemoryWatch:
     def __init__(self, settings: MemorySettings | None = None, threshold: float | None = None,
-                 view_share: float = VIEW_CPU_SHARE, costly_s: float = VIEW_COSTLY_S) -> None:
+                 view_share: float = VIEW_CPU_SHARE, costly_s: float = VIEW_COSTLY_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.book = MemoryBook()
+        self.clock = clock  # when views were worked out (a test's own clock: never the process's)
         self.view_share, self.costly_s = view_share, costly_s
         self._last_view: tuple[MemoryView, float, float] | None = None  # (the view, when, its CPU time)
         self.settings = settings or MemorySettings()
@@ -193,7 +195,7 @@ class MemoryWatch:
         are booked as they come either way; a view without ``by_phase`` never stands for one asked with it."""
         last = self._last_view
         if (last is not None and last[2] >= self.costly_s
-                and time.monotonic() - last[1] < max(last[2] / self.view_share, VIEW_COSTLY_EVERY_S)
+                and self.clock() - last[1] < max(last[2] / self.view_share, VIEW_COSTLY_EVERY_S)
                 and not (phases and last[0].by_phase_skipped)):
             return last[0]
         rows = list(rows)
@@ -205,7 +207,7 @@ class MemoryWatch:
             self.book.retain(map(_ID, rows))
             v = memory_view(self.book, steps, rows, {x.actor_id: x for x in rollout}, self.settings, verl_peaks,
                             phases)
-        self._last_view = (v, time.monotonic(), time.thread_time() - c0)
+        self._last_view = (v, self.clock(), time.thread_time() - c0)
         return v
 
 
