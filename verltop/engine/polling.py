@@ -152,6 +152,7 @@ class PollState(Engine):
         self._internal: dict[str, Problem] = {}  # helper polls that failed with a bug, until they succeed
         self._hist_free = asyncio.Event()
         self._hist_free.set()
+        self._building = asyncio.Lock()  # one build at a time: builds share the history, trends and memos
         self._dirty = asyncio.Event()  # a poll brought something new
         self._dirty.set()
         self.memory_phases = True  # work out the memory view's by_phase (``show_memory_phases``)

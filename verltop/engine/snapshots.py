@@ -67,14 +67,16 @@ class SnapshotBuilding(PollState):
 
     async def snapshot_async(self, now: float | None = None) -> Snapshot:
         """``snapshot`` with the analysis in a worker thread; polls that would change the history wait
-        for it (``_hist_ready``), so the thread never reads a history being written."""
-        now = now if now is not None else self.clock()
-        data = self.data(now)
-        self._hist_free.clear()
-        try:
-            return await asyncio.to_thread(self._build, data, now)
-        finally:
-            self._hist_free.set()
+        for it (``_hist_ready``), so the thread never reads a history being written. One build at a time
+        (the publisher's and ``publish_now``'s): a second waits, then builds from what is new by then."""
+        async with self._building:
+            now = now if now is not None else self.clock()
+            data = self.data(now)
+            self._hist_free.clear()
+            try:
+                return await asyncio.to_thread(self._build, data, now)
+            finally:
+                self._hist_free.set()
 
     def _build(self, data: ClusterData, now: float) -> Snapshot:
         """The joined view, with the step timeline, the trends' marks and the pending work."""
