@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 
 from tests.engine.helpers import same, write_replay_recording
+from tests.wait import wait_until_async
 from verltop.engine.recording_reader import Recording
 from verltop.engine.replay import LEAD_S, ReplayEngine
 
@@ -19,11 +21,12 @@ async def test_plays_publishes_and_keeps_recorded_time(tmp_path):
     eng.start()
     try:
         assert got and same(got[0], snaps[0]) and eng.has_data
+        t0 = time.monotonic()
         await asyncio.sleep(1.0)  # 64 recorded seconds a second; published at most every 0.2 s
-        assert 3 <= len(got) <= 8, len(got)
+        at, dt = eng.clock(), time.monotonic() - t0  # a loaded machine's loop may wake late: bounds by dt
+        assert 3 <= len(got) <= dt / 0.2 + 3, (len(got), dt)
         assert all(a.taken_at < b.taken_at for a, b in itertools.pairwise(got))
-        at = eng.clock()
-        assert snaps[0].taken_at + 40 < at < snaps[0].taken_at + 80
+        assert snaps[0].taken_at + 40 < at < snaps[0].taken_at + 64 * dt + 16, (at - snaps[0].taken_at, dt)
         # pause: the clock stops, and the snapshot of that moment is shown
         assert eng.toggle_pause() is False
         frozen = eng.clock()
@@ -89,10 +92,8 @@ async def test_long_gaps_are_skipped(tmp_path):
     eng = ReplayEngine(Recording.open(tmp_path / "g.vtr"), speed=8.0)
     eng.start()
     try:
-        for _ in range(40):
-            await asyncio.sleep(0.1)
-            if eng.latest.taken_at > snaps[5].taken_at:
-                break
+        await wait_until_async(lambda: eng.latest.taken_at > snaps[5].taken_at, 30, "the frames after the gap",
+                               detail=lambda: (eng.latest.taken_at, eng.skipped_s))
         assert eng.latest.taken_at > snaps[5].taken_at + 3600 - 1 and eng.skipped_s > 3000
     finally:
         await eng.stop()

@@ -14,6 +14,7 @@ import pytest
 from tests.analysis.helpers import row
 from tests.net import free_port
 from tests.ras_server import RasServer, captured
+from tests.wait import wait_until_async
 from verltop.analysis import ras as RAS
 from verltop.analysis.dump import analyse
 from verltop.engine import nccl_ras
@@ -205,12 +206,12 @@ async def test_live_view_marks_the_rank_ras_names():
         mon.subscribe(got.append)
         mon.start()
         try:
-            for _ in range(100):
-                await asyncio.sleep(0.1)
+            def ras_stall():
                 rank1 = [a for s in got[-1:] for a in s.actors if a.rank == 1]
-                if rank1 and rank1[0].stalls and rank1[0].stalls[0].rule == "ras":
-                    break
-            assert rank1 and rank1[0].stalls[0].rule == "ras", [a.stalls for s in got[-1:] for a in s.actors]
+                return rank1 if rank1 and rank1[0].stalls and rank1[0].stalls[0].rule == "ras" else None
+
+            rank1 = await wait_until_async(ras_stall, 30, "rank 1's RAS stall",
+                                           detail=lambda: [a.stalls for s in got[-1:] for a in s.actors])
             assert stall_tag(rank1[0].stalls[0]) == "RAS: behind in AllReduce"
             rank0 = next(a for a in got[-1].actors if a.rank == 0)
             assert rank0.stalled and all(st.rule != "ras" for st in rank0.stalls)  # waiting in the collective
