@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from aiohttp import web
 
 from tests.captures import ray_gpu_cluster
 from tests.wait import pilot_wait
 from verltop.analysis.stalls import StallSettings
 from verltop.engine.monitor import Intervals
+from verltop.sources.aio import within
 from verltop.sources.config import Endpoint
 from verltop.sources.pyspy import DumpOptions
 from verltop.ui.app import VerltopApp
@@ -333,3 +336,25 @@ async def test_the_first_polls_take_the_reads_sent_before_the_app(replay):
         await pilot_wait(pilot, lambda: app.engine.src.nodes.tries, 10, "the nodes asked once")
         left = [r for r in tui_reads(2.0) if pre.take(*r) is not None]
         assert left == [], left  # every one taken by a poll: none was sent for nothing
+
+
+async def test_q_quits_even_when_the_engine_does_not_stop(replay, caplog):
+    """A bug that hangs the engine's stop (a lost cancel, as once) never hangs quitting: the app waits its
+    ``stop_wait_s``, says so in the log, and goes."""
+    app = make_app(replay.url)
+    app.stop_wait_s = 0.3
+    real_stop, forever = app.engine.stop, asyncio.Event()
+
+    async def hung() -> None:
+        await real_stop()
+        await forever.wait()
+
+    app.engine.stop = hung
+
+    async def session() -> None:
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_rows(pilot, app, 5)
+            await pilot.press("q")
+
+    await within(session(), 30)
+    assert "the engine did not stop within 0.3 s" in caplog.text

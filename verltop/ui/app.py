@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
 
@@ -18,6 +19,9 @@ from verltop.model import DumpReport, Snapshot
 
 TICK_S = 1.0  # the clocks on screen (task ages, the data's age) move once a second
 TICK_SKIP_S = 0.35  # a tick this close before the next snapshot is left to it
+STOP_WAIT_S = 10.0  # quitting waits this long for the engine's stop (its probes, connections), then goes
+
+log = logging.getLogger("verltop.ui")
 
 
 class VerltopApp(App):
@@ -32,6 +36,7 @@ class VerltopApp(App):
         not only while the memory screen is open."""
         super().__init__()
         self.engine = engine
+        self.stop_wait_s = STOP_WAIT_S
         self.memory_phases = memory_phases
         self.clock = engine.clock
         self.demo = demo
@@ -169,5 +174,12 @@ class VerltopApp(App):
         self._unsubscribe()
         if self._showing is not None:
             self._showing.cancel()  # a snapshot half shown: the screens are going
-        await self.engine.stop()
+        # q always quits: an engine whose stop hangs (a bug) is left behind, said in the log
+        stopping = asyncio.ensure_future(self.engine.stop())
+        done, _ = await asyncio.wait((stopping,), timeout=self.stop_wait_s)
+        if not done:
+            log.error("the engine did not stop within %g s; quitting without it", self.stop_wait_s)
+            stopping.cancel()
+        elif not stopping.cancelled() and stopping.exception() is not None:
+            log.error("stopping the engine failed", exc_info=stopping.exception())
 
