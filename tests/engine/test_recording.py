@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.engine.helpers import fake_snapshots, same, synthetic_snapshots
+from tests.wait import wait_until
 from verltop.engine import recording_format as rf
 from verltop.engine.frames import SnapshotState, keyframe
 from verltop.engine.recording_format import RecordingError
@@ -206,13 +207,24 @@ while True:
 """
 
 
+def _frames(path) -> int:
+    """Frames in a recording being written (0 before its first)."""
+    try:
+        return len(Recording.open(path).snaps)
+    except RecordingError:
+        return 0
+
+
 def test_kill_9_of_the_writer_loses_at_most_the_frame_being_written(tmp_path):
     for n in range(3):
         path = tmp_path / f"k{n}.vtr"
         p = subprocess.Popen([sys.executable, "-c", WRITER.format(root=str(ROOT), path=str(path))],
                              stdout=subprocess.PIPE, text=True)
         assert p.stdout is not None and p.stdout.readline().strip() == "ready"
-        time.sleep(0.3 + 0.37 * n)
+        # killed at a different moment each round, once it has written a few dozen frames (a loaded machine's
+        # writer is slower than a fixed sleep allows for)
+        wait_until(lambda f=path: _frames(f) > 25, 60, "25 frames written", step=0.05)
+        time.sleep(0.37 * n)
         os.kill(p.pid, 9)
         p.wait()
         size = path.stat().st_size
