@@ -220,13 +220,15 @@ def test_kill_9_of_the_writer_loses_at_most_the_frame_being_written(tmp_path):
         path = tmp_path / f"k{n}.vtr"
         p = subprocess.Popen([sys.executable, "-c", WRITER.format(root=str(ROOT), path=str(path))],
                              stdout=subprocess.PIPE, text=True)
-        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
-        # killed at a different moment each round, once it has written a few dozen frames (a loaded machine's
-        # writer is slower than a fixed sleep allows for)
-        wait_until(lambda f=path: _frames(f) > 25, 60, "25 frames written", step=0.05)
-        time.sleep(0.37 * n)
-        os.kill(p.pid, 9)
-        p.wait()
+        try:
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+            # killed at a different moment each round, once it has written a few dozen frames (a loaded
+            # machine's writer is slower than a fixed sleep allows for)
+            wait_until(lambda f=path: _frames(f) > 25, 60, "25 frames written", step=0.05)
+            time.sleep(0.37 * n)
+        finally:  # never left writing behind a failed wait
+            os.kill(p.pid, 9)
+            p.wait()
         size = path.stat().st_size
         rec = Recording.open(path)
         ends = rec.snaps[-1].offset + rec.snaps[-1].length
