@@ -63,6 +63,10 @@ def fake_dist(root: Path, name: str, version: str) -> Path:
 def main() -> None:
     state = Path(sys.argv[1])
     plain = "--plain" in sys.argv[2:]
+    # the protocol owns the real stdout: Ray writes to fd 1 from its own threads (a dead raylet's last log
+    # lines once landed in the middle of a reply), so everything else goes to stderr, the host's log
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
     state.mkdir(parents=True, exist_ok=True)
     os.environ.update(SECRETS)
     if plain:
@@ -113,7 +117,7 @@ def main() -> None:
     raylets = {k: n.all_processes["raylet"][0].process.pid for k, n in nodes.items()}
     info = {"address": "http://" + cluster.webui_url, "gcs": cluster.address, "iface": iface,
             "nodes": {k: n.node_id for k, n in nodes.items()}, "raylets": raylets}
-    print(json.dumps(info), flush=True)
+    proto.write(json.dumps(info) + "\n")
     for line in sys.stdin:
         cmd = line.split()
         if not cmd:
@@ -124,7 +128,7 @@ def main() -> None:
             os.kill(raylets[cmd[1]], signal.SIGSTOP if cmd[0] == "stop" else signal.SIGCONT)
         elif cmd[0] == "kill":
             cluster.remove_node(nodes[cmd[1]], allow_graceful=False)
-        print(json.dumps({"ok": cmd[0], "at": time.time(), **info}), flush=True)
+        proto.write(json.dumps({"ok": cmd[0], "at": time.time(), **info}) + "\n")
     ray.shutdown()
     for n in list(cluster.worker_nodes):
         os.kill(n.all_processes["raylet"][0].process.pid, signal.SIGCONT)
