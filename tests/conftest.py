@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -61,3 +63,18 @@ def _no_stray_ray_cluster(request: pytest.FixtureRequest, monkeypatch: pytest.Mo
     RAY_ADDRESS is not an http(s) URL, so the dashboard address is unaffected."""
     if request.node.get_closest_marker("ray") is None and "RAY_ADDRESS" not in os.environ:
         monkeypatch.setenv("RAY_ADDRESS", NO_RAY_CLUSTER)
+
+
+@pytest.fixture(autouse=True)
+def _verltop_log_restored() -> Iterator[None]:
+    """A command run in-process (``cli.main``) points verltop's logger at its own handler, the stderr of that
+    test, and stops it propagating; left so, a later test's records go to a closed stream and never reach
+    ``caplog``. Each test ends with the logger as it found it."""
+    lg = logging.getLogger("verltop")
+    handlers, propagate, level = list(lg.handlers), lg.propagate, lg.level
+    yield
+    for h in lg.handlers:
+        if h not in handlers:
+            h.close()
+    lg.handlers[:] = handlers
+    lg.propagate, lg.level = propagate, level
