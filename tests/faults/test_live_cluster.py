@@ -163,8 +163,8 @@ async def test_tui_never_shows_secrets(live, tmp_path, monkeypatch):
         await pilot.press("escape")
         await pilot.press("w")
         await pilot.press("w")  # a second write never overwrites the first
-        await pilot.pause(0.3)
-        files = sorted(tmp_path.glob("verltop-dump-*"))
+        files = await pilot_wait(pilot, lambda: len(fs := sorted(tmp_path.glob("verltop-dump-*"))) >= 4 and fs, 30,
+                                 "both writes' files", detail=lambda: sorted(tmp_path.glob("verltop-dump-*")))
         assert len(files) == 4, files
         for f in files:
             assert stat.S_IMODE(f.stat().st_mode) == 0o600

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -26,19 +27,32 @@ from aiohttp import web
 from tests.analysis.helpers import row
 from tests.fakeray import FakeDashboard
 from tests.faults.helpers import FakeDashboardProcess, screen_text, verltop
-from tests.wait import pilot_wait
+from tests.wait import pilot_wait, wait_until
 from verltop.sources.local import LocalSampler, is_actor_process
 from verltop.sources.pyspy import DumpOptions, no_pyspy_problem, ptrace_problem
 from verltop.sources.stacks import StackCapture
 
 PYSPY = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-SPIN = "import time\nwhile True:\n    time.sleep(0.05)\n"
+SPIN = "import time\nprint('ready', flush=True)\nwhile True:\n    time.sleep(0.05)\n"
 
 
 def spawn(title: str | None = None) -> subprocess.Popen:
-    """A Python process; with ``title``, its argv[0] (what /proc/PID/cmdline shows first) is ``title``,
-    as Ray sets ``ray::WorkerDict.method`` on its workers."""
-    return subprocess.Popen([title or sys.executable, "-c", SPIN], executable=sys.executable)
+    """A Python process, returned once its interpreter runs (py-spy finds no interpreter in one still
+    starting); with ``title``, its argv[0] (what /proc/PID/cmdline shows first) is ``title``, as Ray sets
+    ``ray::WorkerDict.method`` on its workers."""
+    p = subprocess.Popen([title or sys.executable, "-c", SPIN], executable=sys.executable, stdout=subprocess.PIPE)
+    assert p.stdout is not None
+    wait_until(lambda: select.select([p.stdout], [], [], 0)[0], 30, f"process {p.pid} to start")
+    assert p.stdout.readline() == b"ready\n"
+    return p
+
+
+def state(pid: int) -> str | None:
+    """The process's state letter in /proc (``Z``: dead, not reaped), None when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
 
 
 @pytest.fixture
@@ -73,9 +87,8 @@ def test_reused_pid_and_zombie_are_never_dumped(procs, tmp_path):
     stranger = subprocess.Popen(["sleep", "60"])
     zombie = spawn("ray::WorkerDict.actor_rollout_update_actor")
     procs += [worker, stranger, zombie]
-    time.sleep(0.5)
     zombie.send_signal(signal.SIGKILL)
-    time.sleep(0.2)  # killed, not reaped: /proc/PID still there, state Z
+    wait_until(lambda: state(zombie.pid) == "Z", 30, "the killed rank to be a zombie")  # /proc/PID still there
     assert is_actor_process(worker.pid, "create_colocated_worker_cls.<locals>.WorkerDict")
     assert not is_actor_process(stranger.pid, "WorkerDict") and not is_actor_process(zombie.pid, "WorkerDict")
 
@@ -113,7 +126,6 @@ def test_pyspy_not_permitted_for_real(procs, tmp_path):
     victim = spawn("ray::WorkerDict.actor_rollout_update_actor")
     ok = spawn("ray::WorkerDict.actor_rollout_update_actor")
     procs += [victim, ok]
-    time.sleep(0.5)
     raw = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", PYSPY, "dump", "--pid",
                           str(victim.pid)], capture_output=True, text=True)
     assert raw.returncode != 0 and "ermission" in raw.stderr + raw.stdout  # the real refusal, as py-spy says it
@@ -135,7 +147,6 @@ def test_hung_pyspy_is_killed_with_its_children(procs, tmp_path):
     target = spawn("ray::WorkerDict.actor_rollout_update_actor")
     other = spawn("ray::WorkerDict.actor_rollout_update_actor")
     procs += [target, other]
-    time.sleep(0.3)
     kid = tmp_path / "kid.pid"
     hung = tmp_path / "py-spy"
     hung.write_text(f'#!/bin/sh\ncase "$*" in *{target.pid}*) sleep 300 & echo $! > {kid}; wait;; esac\n'
@@ -148,10 +159,9 @@ def test_hung_pyspy_is_killed_with_its_children(procs, tmp_path):
     assert time.monotonic() - t0 < 5
     assert got["t"][0].error.text == "py-spy did not finish within 1 s (killed)"
     assert got["o"][0].error is None and got["o"][0].threads
-    time.sleep(0.2)
     grandchild = int(kid.read_text())
-    stat = Path(f"/proc/{grandchild}/stat")
-    assert not stat.exists() or stat.read_text().split()[2] == "Z"  # gone (or dead, unreaped)
+    wait_until(lambda: state(grandchild) in (None, "Z"), 10, "py-spy's child to be killed",
+               detail=lambda: state(grandchild))  # gone (or dead, unreaped)
 
 
 def test_pyspy_missing_or_refused_on_another_node(replay):
@@ -338,7 +348,6 @@ def test_nonblocking_is_passed_to_pyspy(procs, tmp_path):
     """``--nonblocking`` reaches py-spy (the target is never paused); the default pauses it briefly."""
     target = spawn("ray::WorkerDict.actor_rollout_update_actor")
     procs.append(target)
-    time.sleep(0.3)
     log = tmp_path / "args.log"
     wrapper = tmp_path / "py-spy"
     wrapper.write_text(f'#!/bin/sh\necho "$@" >> {log}\nexec {PYSPY} "$@"\n')

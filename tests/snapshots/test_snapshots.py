@@ -18,6 +18,7 @@ import asyncio
 import pytest
 
 from tests.captures import Replay, demo_cpu, ray_gpu_cluster
+from tests.wait import pilot_wait
 from verltop.analysis.stalls import StallSettings
 from verltop.model import DumpReport
 from verltop.sources.config import Endpoint
@@ -121,11 +122,7 @@ def test_details_with_log_tail(snap_compare, gpu_dash):
 
 async def _log_loaded(pilot) -> None:
     log = pilot.app.screen.query_one("#log")
-    for _ in range(100):
-        if "loading" not in str(log.render()):
-            break
-        await pilot.pause(0.05)
-    assert "loading" not in str(log.render())
+    await pilot_wait(pilot, lambda: "loading" not in str(log.render()), 5, "the log to load", step=0.05)
     await pilot.pause()
 
 

@@ -29,8 +29,8 @@ async def test_pending_group_then_release():
             assert "no node has 4 CPU free for all bundles together (node 192.0.2.2: 4 CPU, 0 free)" in line
             # the line under the table has the whole reason; Enter opens the facts
             t.move_cursor(t.keys.index(PG))
-            await pilot.pause(0.2)
-            assert "waits for resources held by others" in str(app.screen.query_one("#selection").render())
+            await pilot_wait(pilot, lambda: "waits for resources held by others"
+                             in str(app.screen.query_one("#selection").render()), 5, "the selection's line")
             await pilot.press("enter")
             assert type(app.screen).__name__ == "PendingDetailsScreen"
             await pilot.press("escape")

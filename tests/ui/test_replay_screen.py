@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from tests.engine.helpers import write_replay_recording
+from tests.wait import pilot_wait
 from verltop.engine.recording_reader import Recording
 from verltop.engine.replay import LEAD_S, ReplayEngine
 from verltop.ui.app import VerltopApp
@@ -24,11 +25,8 @@ def message(app: VerltopApp) -> str:
 
 
 async def settle(pilot, app, cond, timeout: float = 5.0) -> None:
-    for _ in range(int(timeout / 0.05)):
-        if cond():
-            return
-        await pilot.pause(0.05)
-    raise AssertionError("condition not reached")
+    await pilot_wait(pilot, cond, timeout, "the replay to show it", step=0.05,
+                     detail=lambda: app.snapshot and app.snapshot.taken_at)
 
 
 async def test_replay_keys(tmp_path):

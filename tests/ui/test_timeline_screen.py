@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tests.wait import pilot_wait
 from verltop.engine.monitor import Intervals
 from verltop.model import PhaseRun, Step
 from verltop.sources.config import Endpoint
@@ -70,10 +71,8 @@ async def test_t_opens_the_timeline_on_a_live_job():
             await pilot.press("t")
             screen = app.screen
             assert isinstance(screen, TimelineScreen)
-            for _ in range(100):
-                await pilot.pause(0.2)
-                if sum(1 for s in screen.steps if not s.running) >= 3:
-                    break
+            await pilot_wait(pilot, lambda: sum(1 for s in screen.steps if not s.running) >= 3, 20,
+                             "three finished steps on the timeline", step=0.2, detail=lambda: len(screen.steps))
             text = str(screen.query_one("#timeline-steps").render())
             last = screen.steps[-1]
             assert f"#{last.index}" in text and "gen" in text and last.running
