@@ -15,6 +15,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 
@@ -66,3 +67,12 @@ async def pilot_wait(pilot: Any, cond: Callable[[], Any], timeout: float, what: 
                      detail: Callable[[], Any] | None = None) -> Any:
     """:func:`wait_until` in a Textual test: ``pilot.pause`` between polls so the app refreshes and repaints."""
     return await _poll(cond, timeout, what, step, detail, pilot.pause)
+
+
+def proc_state(pid: int) -> str | None:
+    """A process's state letter in /proc (``Z``: dead, not reaped yet), None when it is gone: what a wait for
+    a killed process looks at (``proc_state(pid) in (None, "Z")``)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None

@@ -4,12 +4,11 @@ hook. Failures are values; nothing here may raise into the watch."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 
 from tests.engine.procs import Hook
-from tests.wait import wait_until
+from tests.wait import proc_state, wait_until
 from verltop.engine.notify import check_webhook, post_webhook, run_hook, scrub, url_host
 
 
@@ -81,11 +80,5 @@ async def test_hook_is_killed_with_its_children_at_the_timeout(tmp_path):
     r = await run_hook(f"sleep 30 & echo $! > {tmp_path}/child; sleep 30", {}, timeout_s=0.5)
     assert not r.ok and "killed after 0.5 s" in r.detail and time.monotonic() - t0 < 5
     child = int((tmp_path / "child").read_text())
-
-    def gone() -> bool:  # or dead and not reaped yet
-        try:
-            return Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-        except OSError:
-            return True
-
-    wait_until(gone, 10, "the hook's child to be killed with it")
+    wait_until(lambda: proc_state(child) in (None, "Z"), 10, "the hook's child to be killed with it",
+               detail=lambda: proc_state(child))

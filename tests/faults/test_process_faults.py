@@ -27,7 +27,7 @@ from aiohttp import web
 from tests.analysis.helpers import row
 from tests.fakeray import FakeDashboard
 from tests.faults.helpers import FakeDashboardProcess, screen_text, verltop
-from tests.wait import pilot_wait, wait_until
+from tests.wait import pilot_wait, proc_state, wait_until
 from verltop.sources.local import LocalSampler, is_actor_process
 from verltop.sources.pyspy import DumpOptions, no_pyspy_problem, ptrace_problem
 from verltop.sources.stacks import StackCapture
@@ -45,14 +45,6 @@ def spawn(title: str | None = None) -> subprocess.Popen:
     wait_until(lambda: select.select([p.stdout], [], [], 0)[0], 30, f"process {p.pid} to start")
     assert p.stdout.readline() == b"ready\n"
     return p
-
-
-def state(pid: int) -> str | None:
-    """The process's state letter in /proc (``Z``: dead, not reaped), None when it is gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return None
 
 
 @pytest.fixture
@@ -88,7 +80,7 @@ def test_reused_pid_and_zombie_are_never_dumped(procs, tmp_path):
     zombie = spawn("ray::WorkerDict.actor_rollout_update_actor")
     procs += [worker, stranger, zombie]
     zombie.send_signal(signal.SIGKILL)
-    wait_until(lambda: state(zombie.pid) == "Z", 30, "the killed rank to be a zombie")  # /proc/PID still there
+    wait_until(lambda: proc_state(zombie.pid) == "Z", 30, "the killed rank to be a zombie")  # /proc/PID still there
     assert is_actor_process(worker.pid, "create_colocated_worker_cls.<locals>.WorkerDict")
     assert not is_actor_process(stranger.pid, "WorkerDict") and not is_actor_process(zombie.pid, "WorkerDict")
 
@@ -160,8 +152,8 @@ def test_hung_pyspy_is_killed_with_its_children(procs, tmp_path):
     assert got["t"][0].error.text == "py-spy did not finish within 1 s (killed)"
     assert got["o"][0].error is None and got["o"][0].threads
     grandchild = int(kid.read_text())
-    wait_until(lambda: state(grandchild) in (None, "Z"), 10, "py-spy's child to be killed",
-               detail=lambda: state(grandchild))  # gone (or dead, unreaped)
+    wait_until(lambda: proc_state(grandchild) in (None, "Z"), 10, "py-spy's child to be killed",
+               detail=lambda: proc_state(grandchild))  # gone (or dead, unreaped)
 
 
 def test_pyspy_missing_or_refused_on_another_node(replay):
