@@ -128,9 +128,12 @@ def _hung(d: dict[str, Any]) -> bool:
     # the engine core waits on its workers too (until it reaches collective_rpc, with its workers already hung,
     # the only wait on TP1 is TP0's all_reduce, and the chain starts there)
     tp1 = _chain_to(d, "VLLM::Worker_TP1")
+    # and the driver already waits down that path (a dump taken as the agent loop's call to the server has begun,
+    # before the controller's wait on it, starts the chain at the agent loop)
     return all("did not move" in ends.get(t, "") for t in ("VLLM::Worker_TP1", "sglang::scheduler_TP0")) and any(
         "run_tests" in (c["ends_in"]["frame"] or "") and "did not move" in c["ends_in"]["reason"] for c in d["chains"]
-    ) and tp1 is not None and any(h["task"] == "VLLM::EngineCore_DP0" for h in tp1["path"])
+    ) and tp1 is not None and any(h["task"] == "VLLM::EngineCore_DP0" for h in tp1["path"]) and (
+        tp1["path"][0]["actor_name"] == "driver")
 
 
 def test_every_process_and_the_chains_from_the_driver(chains_cluster):

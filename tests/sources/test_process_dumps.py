@@ -107,7 +107,7 @@ def test_vllm_shaped_server_names_the_hung_tp_worker(vllm_server):
     p, kids = vllm_server
     # until TP0 sits in the all_reduce that TP1 never joins
     rep = _settled([_server_row("srv", p.pid, "vLLMHttpServer", "vllm_server_0_0")],
-                   lambda r: _op(r, "VLLM::Worker_TP0") == "all_reduce"
+                   lambda r: _op(r, "VLLM::Worker_TP0") == "all_reduce" and r.chains  # (all() of none holds)
                    and all("did not move" in end_text(c.ends_in) for c in r.chains))
     doc = dump_json(rep)
     by_title = {r["process"]: r for r in doc["ranks"]}
