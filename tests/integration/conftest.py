@@ -3,9 +3,10 @@
 Contract (other test modules rely on it):
 
 - ``demo`` (session scope): ONE cluster per pytest session, started on first use with
-  ``start_demo(hang_after=None)`` (~30 s on 2 cores) and stopped at session end, so no raylet, GCS or
-  ``ray::`` worker outlives the session. The job trains forever (about 10 s per PPO step) and is healthy
-  whenever a test that uses only ``demo`` starts. Never call ``demo.stop()`` or hang it without releasing.
+  ``start_demo(hang_after=None, scale=DEMO_SCALE)`` (~30 s on 2 cores) and stopped at session end, so no
+  raylet, GCS or ``ray::`` worker outlives the session. The job trains forever (about 7 s per PPO step at the
+  tests' pace, 10 s at the demo's own) and is healthy whenever a test that uses only ``demo`` starts. Never
+  call ``demo.stop()`` or hang it without releasing.
 - ``hung_demo`` (module scope): the same handle with a hang injected: rank 2 of the actor_rollout/critic
   group sits in ``_stuck_rollout`` inside ``WorkerDict.actor_rollout_update_actor`` and ranks 0, 1, 3
   block in ``torch.distributed.all_reduce``; ``TaskRunner.run`` waits in ``ray.get``. Set up on the first
@@ -124,11 +125,16 @@ class Dashboard:
         return self.rows("tasks", filter_keys="state", filter_predicates="=", filter_values="RUNNING")
 
 
+# The tests' demo runs its phases at this share of the demo's own pace: what they wait for is steps (a leak's
+# six, a timeline's few), not seconds, and the rollout server's generation keeps its own pace.
+DEMO_SCALE = 0.6
+
+
 @pytest.fixture(scope="session")
 def demo() -> Iterator[DemoHandle]:
     from verltop.demo.cluster import start_demo
 
-    handle = start_demo(hang_after=None)
+    handle = start_demo(hang_after=None, scale=DEMO_SCALE)
     try:
         yield handle
     finally:
