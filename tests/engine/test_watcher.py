@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from types import SimpleNamespace
 
 from tests.fakeray import FakeDashboard
 from tests.fakeray.cluster import ClusterConfig, FakeCluster
@@ -130,3 +131,41 @@ async def test_the_incident_is_written_before_a_slow_ras_probe_and_ras_escalates
             finally:
                 stop.set()
                 await asyncio.wait_for(task, 60)
+
+
+async def test_the_dump_analysed_again_with_the_peers_failures_is_what_later_dumps_carry(tmp_path):
+    """A stall's dump taken after the peers gave up (their failures not listed yet) names the straggler weakly;
+    the watch analyses it again once the failures come. The engine's later dumps carry suspects from its last
+    dump: it must be that second analysis, not the first (a later dump then said nothing of the straggler)."""
+    from verltop.model import DumpReport
+
+    mon = Monitor(Endpoint("http://127.0.0.1:9", "--address", None, None), Intervals(timeout_s=1), use_local=False)
+    w = Watcher(mon, WatchSettings(dir=tmp_path), [].append)
+    first, second = DumpReport(1.0, (), (), ()), DumpReport(2.0, (), (), ())
+
+    class Job:  # the incident's dump, finished: its stacks are kept, and the failures read later
+        report, client = first, object()
+
+        async def read_failed(self) -> list:
+            return []
+
+        def add_failures(self, failed: list) -> DumpReport:
+            self.report = second
+            return second
+
+    escalated: list = []
+
+    async def escalated_with(inc, report, now) -> None:
+        escalated.append(report)
+
+    snap = SimpleNamespace(actors=())
+    w.current, w.job = object(), Job()
+    w._escalated = escalated_with
+    mon.last_dump = first  # as the dump's end sets it (Monitor.dump)
+    await w._peers_failed([], snap)
+    assert escalated == [second] and mon.last_dump is second
+    # a dump of the engine made since (another scope's, or the user's) stays the engine's last
+    third = DumpReport(3.0, (), (), ())
+    mon.last_dump, w.job.report = third, first
+    await w._peers_failed([], snap)
+    assert mon.last_dump is third

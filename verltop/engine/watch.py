@@ -242,7 +242,12 @@ class Watcher:
             job = self.job
             report = None
             if job is not None and job.report is not None and job.client is not None:
+                before = job.report
                 report = job.add_failures(await job.read_failed())
+                if report is not None and self.engine.last_dump is before:
+                    # the engine's next dump carries what the failures showed (the straggler named for them),
+                    # not the first analysis, taken perhaps after the peers had given up and named it weakly
+                    self.engine.last_dump = report
             await self._escalated(inc, report, now)
 
     async def _escalated(self, inc: Incident, report: DumpReport | None, now: float) -> None:
