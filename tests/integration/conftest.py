@@ -4,8 +4,8 @@ Contract (other test modules rely on it):
 
 - ``demo`` (session scope): ONE cluster per pytest session, started on first use with
   ``start_demo(hang_after=None, scale=DEMO_SCALE)`` (~30 s on 2 cores) and stopped at session end, so no
-  raylet, GCS or ``ray::`` worker outlives the session. The job trains forever (about 7 s per PPO step at the
-  tests' pace, 10 s at the demo's own) and is healthy whenever a test that uses only ``demo`` starts. Never
+  raylet, GCS or ``ray::`` worker outlives the session. The job trains forever (7–8 s per PPO step at the
+  tests' pace, 10–13 s at the demo's own) and is healthy whenever a test that uses only ``demo`` starts. Never
   call ``demo.stop()`` or hang it without releasing.
 - ``hung_demo`` (module scope): the same handle with a hang injected: rank 2 of the actor_rollout/critic
   group sits in ``_stuck_rollout`` inside ``WorkerDict.actor_rollout_update_actor`` and ranks 0, 1, 3

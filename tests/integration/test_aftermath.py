@@ -177,7 +177,10 @@ async def test_a_watch_escalates_with_the_peers_failure_and_a_later_dump_says_st
                                30, "rank 0 at work again")
         rep = await mon.dump(mon.snapshot(), None, DumpOptions(samples=2)).run()
         assert rep is not None
-        (s1,) = [s for s in rep.suspects if s.pid == c.pids[1]]
+        mine = [s for s in rep.suspects if s.pid == c.pids[1]]
+        assert len(mine) == 1, ("rank 1 not named by the later dump", [(s.pid, s.score, [w.kind for w in s.why])
+                                for s in rep.suspects], [(r.actor.pid, r.actor.task_id, r.stuck) for r in rep.ranks])
+        (s1,) = mine
         reason = suspect_reason(s1)
         assert reason.startswith("still: ") and "_slow_reward_fn" in reason, reason
         assert all(w.still for w in s1.why), s1.why
