@@ -18,6 +18,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from verltop.sources.proc_stat import read_stat
+
 
 def _fail(timeout: float, what: str, last: Any, detail: Callable[[], Any] | None) -> AssertionError:
     seen = detail() if detail is not None else last
@@ -70,9 +72,9 @@ async def pilot_wait(pilot: Any, cond: Callable[[], Any], timeout: float, what: 
 
 
 def proc_state(pid: int) -> str | None:
-    """A process's state letter in /proc (``Z``: dead, not reaped yet), None when it is gone: what a wait for
-    a killed process looks at (``proc_state(pid) in (None, "Z")``)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return None
+    """``"live"``, ``"Z"`` (dead, not reaped yet: its /proc entry stays) or None when it is gone: what a wait
+    for a killed process looks at (``proc_state(pid) in (None, "Z")``). /proc/PID/stat is read by verltop's own
+    parser, which answers None for a dead process."""
+    if read_stat(pid) is not None:
+        return "live"
+    return "Z" if Path(f"/proc/{pid}").exists() else None
